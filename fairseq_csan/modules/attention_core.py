@@ -1,0 +1,161 @@
+"""The shared self-attention core that every encoder self-attention variant refines.
+
+Multi-head scaled dot-product self-attention (Vaswani et al., NeurIPS 2017; written as
+eqs. 1-3 in Yang et al., "Convolutional Self-Attention Networks", NAACL 2019,
+arXiv:1904.03107):
+
+    Q, K, V = X W_Q, X W_K, X W_V            split into H heads of d_h = d / H   (1)
+    o_i^h   = sum_j softmax_j(q_i^h . k_j^h / sqrt(d_h)) v_j^h                   (2)
+    O       = [O^1, ..., O^H] W_O                                                (3)
+
+The parameters are fairseq's own (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` of
+:class:`fairseq.modules.MultiheadAttention`), so every variant has the parameter count,
+the initialisation and the state-dict keys of the standard layer.
+
+A variant refines exactly one of these steps and nothing else:
+
+- :meth:`EncoderSelfAttention.structure_mask`: which (query, key) pairs may attend,
+  independent of the batch (local windows, directions);
+- :meth:`EncoderSelfAttention.gather_keys`: which keys and values each head sees
+  (2D-CSAN's cross-head area);
+- :meth:`EncoderSelfAttention.project`: how Q, K and V are made from X.
+
+Padding, the fused softmax kernel (``F.scaled_dot_product_attention``), attention dropout
+and the output projection live here once.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+from .registry import register_self_attention
+
+
+@register_self_attention("standard")
+class EncoderSelfAttention(MultiheadAttention):
+    """Standard multi-head self-attention for the encoder, on PyTorch's fused kernel.
+
+    Registered as ``standard``: with it every layer computes exactly what fairseq's
+    :class:`~fairseq.modules.MultiheadAttention` computes.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, **kwargs):
+        super().__init__(embed_dim, num_heads, dropout=dropout, self_attention=True, **kwargs)
+
+    # ---- configuration: flags, checks and construction ---------------------------------
+    @staticmethod
+    def add_args(parser):
+        """Add this variant's own flags (not those of the class it extends)."""
+
+    @classmethod
+    def check_args(cls, args):
+        """Raise ``ValueError`` naming the flag and the allowed values for a bad setting."""
+
+    @classmethod
+    def options(cls, args) -> dict:
+        """Constructor keyword arguments taken from the parsed flags."""
+        return {}
+
+    @classmethod
+    def build(cls, embed_dim: int, cfg, args):
+        """Build from fairseq's TransformerConfig ``cfg`` and the parsed flags ``args``."""
+        return cls(
+            embed_dim,
+            cfg.encoder.attention_heads,
+            dropout=cfg.attention_dropout,
+            q_noise=cfg.quant_noise.pq,
+            qn_block_size=cfg.quant_noise.pq_block_size,
+            **cls.options(args),
+        )
+
+    # ---- the three steps a variant may refine ------------------------------------------
+    def project(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Eq. 1 and the head split: (T, B, d) -> three tensors of shape (B, H, T, d_h)."""
+        T, B, _ = x.shape
+
+        def split_heads(t):
+            return t.view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+        return split_heads(self.q_proj(x)), split_heads(self.k_proj(x)), split_heads(self.v_proj(x))
+
+    def gather_keys(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """The keys and values each head attends over: (B, H, T, d_h) -> (B, H, S, d_h).
+
+        S must be a whole number c of copies of the sequence, laid out as c blocks of
+        positions 0..T-1, so that key slot s lies at position s % T (this is how the
+        core applies the padding mask).
+        """
+        return k, v
+
+    def structure_mask(self, seq_len: int, device) -> Optional[Tensor]:
+        """Which (query i, key slot s) pairs may attend, ignoring padding.
+
+        A bool tensor broadcastable to (H, T, S), True where attention is allowed, or
+        None for no restriction. Every query must be allowed its own position.
+        """
+        return None
+
+    # ---- the shared path ----------------------------------------------------------------
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor] = None,
+        value: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state=None,
+        need_weights: bool = False,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, None]:
+        """Self-attention over ``query`` (T, B, d); fairseq's encoder-layer calling convention.
+
+        ``key`` and ``value`` must be ``query`` itself or None. ``key_padding_mask`` is
+        (B, T), True at padding. Returns (output (T, B, d), None).
+        """
+        if incremental_state is not None or static_kv or before_softmax:
+            raise NotImplementedError(
+                f"{type(self).__name__} is an encoder self-attention: it has no incremental "
+                "state, static keys or pre-softmax output"
+            )
+        if need_weights or need_head_weights:
+            raise NotImplementedError(
+                f"{type(self).__name__} runs on the fused attention kernel and does not "
+                "return attention weights"
+            )
+        if attn_mask is not None:
+            raise NotImplementedError(f"{type(self).__name__} takes no attn_mask")
+        if (key is not None and key is not query) or (value is not None and value is not query):
+            raise ValueError(f"{type(self).__name__} is a self-attention: key and value must be the query")
+
+        T, B, d = query.shape
+        q, k, v = self.project(query)  # (B, H, T, d_h) each
+        k, v = self.gather_keys(k, v)  # (B, H, S, d_h)
+        mask = self.attention_mask(T, k.size(2), key_padding_mask, query.device)
+        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, d_h)
+        out = out.permute(2, 0, 1, 3).reshape(T, B, d)  # (T, B, d)
+        return self.out_proj(out), None
+
+    def attention_mask(
+        self, seq_len: int, key_slots: int, key_padding_mask: Optional[Tensor], device
+    ) -> Optional[Tensor]:
+        """The structure mask combined with padding: bool, broadcastable to (B, H, T, S).
+
+        A real query never attends to a padding key. A padding query may attend to every
+        key its structure allows, padding included: its row then is never empty, so no
+        softmax row is all -inf (no NaN in any precision), and padding outputs never
+        reach a real position because padding keys are masked in every layer.
+        """
+        allowed = self.structure_mask(seq_len, device)  # (H|1, T, S) or (T, S) or None
+        if key_padding_mask is None:
+            return allowed
+        pad = key_padding_mask.to(device=device, dtype=torch.bool)  # (B, T)
+        copies = key_slots // seq_len
+        key_pad = pad.repeat(1, copies) if copies > 1 else pad  # (B, S)
+        visible = ~key_pad[:, None, None, :] | pad[:, None, :, None]  # (B, 1, T, S)
+        return visible if allowed is None else visible & allowed

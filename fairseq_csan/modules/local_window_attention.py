@@ -1,0 +1,146 @@
+"""Convolutional self-attention: 1D local windows and the 2D cross-head area.
+
+Baosong Yang, Longyue Wang, Derek F. Wong, Lidia S. Chao and Zhaopeng Tu,
+"Convolutional Self-Attention Networks", NAACL 2019 (arXiv:1904.03107), eqs. 4-9;
+the earlier arXiv version (arXiv:1810.13320) writes the same softmax out as eqs. 4-8.
+
+1D-CSAN (``csan1d``): query i attends only to positions |i - j| <= m, m = (M - 1) / 2,
+with one softmax over the window (NAACL eqs. 4-6; arXiv eqs. 4-5)::
+
+    alpha_ij^h = exp(e_ij^h) / sum_{t=i-m..i+m} exp(e_it^h)
+    y_i^h      = sum_{j=i-m..i+m} alpha_ij^h v_j^h
+
+2D-CSAN (``csan2d``): the window grows along the head axis to N x M, n = (N - 1) / 2,
+with one softmax over the whole area (NAACL eqs. 7-9; arXiv eqs. 6-8)::
+
+    e_ij^{hs}     = q_i^h . k_j^s / sqrt(d_h)
+    alpha_ij^{hs} = exp(e_ij^{hs}) / sum_{k=h-n..h+n} sum_{t=i-m..i+m} exp(e_it^{hk})
+    y_i^h         = sum_{s=h-n..h+n} sum_{j=i-m..i+m} alpha_ij^{hs} v_j^s
+
+Choices where the papers are silent (see the README):
+
+- At the sentence edges the window is clipped (out-of-range keys are absent), never shifted.
+- Heads outside 1..H are absent too: the area of the first and last heads is masked, not
+  wrapped around. (The authors' TensorFlow code wraps the keys circularly but clamps the
+  values, which is not the paper's formula.)
+
+Neither variant adds a parameter: both only restrict which keys the shared core attends to.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .attention_core import EncoderSelfAttention
+from .registry import register_self_attention
+
+
+def _positive_odd(value, flag: str, meaning: str):
+    if not isinstance(value, int) or value < 1 or value % 2 == 0:
+        raise ValueError(
+            f"{flag} must be a positive odd integer (1, 3, 5, ...): the {meaning} is centred "
+            f"on the query; got {value!r}"
+        )
+
+
+@register_self_attention("csan1d")
+class LocalWindowAttention(EncoderSelfAttention):
+    """1D-CSAN: attention restricted to a window of ``window`` tokens centred on the query."""
+
+    def __init__(self, embed_dim: int, num_heads: int, window: int = 11, **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
+        _positive_odd(window, "--csan-window", "window")
+        self.window = window
+        self.half_window = (window - 1) // 2  # m
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument(
+            "--csan-window", type=int, metavar="M",
+            help="CSAN window size M in tokens, odd, centred on the query (papers' best: 11)",
+        )
+
+    @classmethod
+    def check_args(cls, args):
+        _positive_odd(getattr(args, "csan_window", None), "--csan-window", "window")
+        if cls is LocalWindowAttention and getattr(args, "csan_heads", None) not in (None, 1):
+            raise ValueError(
+                f"--csan-heads applies to the 2D variant (transformer_csan2d*); the 1D "
+                f"variant attends within one head, so it allows only 1; got {args.csan_heads}"
+            )
+
+    @classmethod
+    def options(cls, args) -> dict:
+        return {"window": args.csan_window}
+
+    def structure_mask(self, seq_len: int, device) -> Tensor:
+        pos = torch.arange(seq_len, device=device)
+        return (pos[:, None] - pos[None, :]).abs() <= self.half_window  # (T, T)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.num_heads}, window={self.window}"
+
+
+@register_self_attention("csan2d")
+class CrossHeadWindowAttention(LocalWindowAttention):
+    """2D-CSAN: one softmax over ``area_heads`` adjacent heads x ``window`` tokens."""
+
+    def __init__(self, embed_dim: int, num_heads: int, window: int = 11, area_heads: int = 3, **kwargs):
+        super().__init__(embed_dim, num_heads, window=window, **kwargs)
+        _positive_odd(area_heads, "--csan-heads", "head area")
+        if area_heads > num_heads:
+            raise ValueError(
+                f"--csan-heads must be at most the number of attention heads "
+                f"(--encoder-attention-heads {num_heads}); got {area_heads}"
+            )
+        self.area_heads = area_heads  # N
+        self.half_heads = (area_heads - 1) // 2  # n
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument(
+            "--csan-heads", type=int, metavar="N",
+            help="2D-CSAN area height N in heads, odd, at most the number of heads "
+                 "(papers' best: 3); heads beyond the first and last are masked",
+        )
+
+    @classmethod
+    def check_args(cls, args):
+        super().check_args(args)
+        heads = getattr(args, "csan_heads", None)
+        _positive_odd(heads, "--csan-heads", "head area")
+        if heads > args.encoder_attention_heads:
+            raise ValueError(
+                f"--csan-heads must be at most the number of attention heads "
+                f"(--encoder-attention-heads {args.encoder_attention_heads}); got {heads}"
+            )
+
+    @classmethod
+    def options(cls, args) -> dict:
+        return {**super().options(args), "area_heads": args.csan_heads}
+
+    def gather_keys(self, k: Tensor, v: Tensor):
+        """Stack heads h-n..h+n for each head h: (B, H, T, d_h) -> (B, H, N*T, d_h)."""
+        if self.area_heads == 1:
+            return k, v
+        return self._head_area(k), self._head_area(v)
+
+    def _head_area(self, x: Tensor) -> Tensor:
+        B, H, T, d = x.shape
+        n, N = self.half_heads, self.area_heads
+        x = F.pad(x, (0, 0, 0, 0, n, n))  # (B, H + 2n, T, d_h); absent heads are zeros, masked below
+        x = x.unfold(1, N, 1)  # (B, H, T, d_h, N): block s of head h holds head h + s - n
+        return x.permute(0, 1, 4, 2, 3).reshape(B, H, N * T, d)  # (B, H, N*T, d_h)
+
+    def structure_mask(self, seq_len: int, device) -> Tensor:
+        band = super().structure_mask(seq_len, device)  # (T, T)
+        if self.area_heads == 1:
+            return band
+        H, N, n = self.num_heads, self.area_heads, self.half_heads
+        source = torch.arange(H, device=device)[:, None] + torch.arange(N, device=device) - n  # (H, N)
+        present = (source >= 0) & (source < H)  # (H, N): masked, not wrapped
+        area = present[:, None, :, None] & band[None, :, None, :]  # (H, T, N, T)
+        return area.reshape(H, seq_len, N * seq_len)  # (H, T, N*T)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, area_heads={self.area_heads}"

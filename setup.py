@@ -1,0 +1,35 @@
+"""fairseq_csan: Convolutional and Context-Aware Self-Attention Networks for fairseq.
+
+fairseq itself is installed by scripts/install.sh, not listed below: the only fairseq release
+that imports on Python 3.11 (fairseq-fixed 0.12.3.1) declares torchaudio, and pip would then
+replace torch 2.13 with the older torch that the newest torchaudio pins. See the README.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_csan",
+    version="0.1.0",
+    description="Convolutional and Context-Aware Self-Attention Networks as a fairseq plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["fairseq_csan", "fairseq_csan.*"]),
+    install_requires=[
+        "torch>=2.0",
+        "sacrebleu>=2.0",
+        "subword-nmt>=0.3.8",
+        # fairseq-fixed 0.12.3.1's own requirements, less torchaudio (translation never imports it)
+        "hydra-core==1.3.2",
+        "omegaconf==2.3.0",
+        "numpy>=1.21.3",
+        "regex",
+        "tqdm",
+        "bitarray",
+        "scikit-learn",
+        "packaging",
+        "cffi",
+        "cython",
+    ],
+    extras_require={"test": ["pytest>=7"]},
+)

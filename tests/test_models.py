@@ -1,0 +1,157 @@
+"""Every registered architecture: placement, parameter counts, padding, gradients, bad flags,
+and the checkpoint round trip through fairseq's own loader."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from fairseq import checkpoint_utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.modules import MultiheadAttention
+
+from conftest import TINY, build_model, make_dictionary
+from fairseq_csan.modules import CrossHeadWindowAttention, LocalWindowAttention
+
+ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_csan"))
+BASE_ARCHS = [a for a in ARCHS if not a.endswith("_big")]
+REFERENCE_ARCH = {False: "transformer", True: "transformer_vaswani_wmt_en_de_big"}
+VARIANT_CLASS = {"csan1d": LocalWindowAttention, "csan2d": CrossHeadWindowAttention}
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_csan_architectures_are_registered():
+    assert {"transformer_csan1d", "transformer_csan2d", "transformer_csan1d_big", "transformer_csan2d_big"} <= set(ARCHS)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_papers_defaults_and_placement(arch):
+    model, args, _ = build_model(arch, TINY[:-4] + ["--encoder-layers", "6", "--decoder-layers", "1"])
+    assert (args.csan_window, args.csan_layers) == (11, 3)
+    variant = args.encoder_self_attention
+    if variant == "csan2d":
+        assert args.csan_heads == 3
+    kinds = [type(layer.self_attn) for layer in model.encoder.layers]
+    assert kinds == [VARIANT_CLASS[variant]] * 3 + [MultiheadAttention] * 3
+    assert all(type(layer.self_attn) is MultiheadAttention for layer in model.decoder.layers)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_parameter_count_equals_transformer_at_full_size(arch):
+    """Parameter-free: the exact count of the Transformer at the same (real) dimensions."""
+    big = arch.endswith("_big")
+    d = make_dictionary(1000)
+    model, _, _ = build_model(arch, ["--share-all-embeddings"], dictionary=d)
+    stock, _, _ = build_model(REFERENCE_ARCH[big], ["--share-all-embeddings"], dictionary=d)
+    assert n_params(model) == n_params(stock)
+    assert model.encoder.embed_tokens.embedding_dim == (1024 if big else 512)
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in stock.named_parameters()]
+
+
+@pytest.mark.parametrize("arch", BASE_ARCHS)
+def test_encoder_output_independent_of_padding(arch):
+    """fairseq left-pads by default; left or right, real positions see the same outputs."""
+    model, _, task = build_model(arch, TINY + ["--csan-window", "3"])
+    model.eval()
+    pad = task.source_dictionary.pad()
+    torch.manual_seed(1)
+    sent = torch.randint(4, 50, (1, 7))
+    alone = model.encoder(sent, torch.tensor([7]))["encoder_out"][0]  # (T, 1, C)
+    for extra in (2, 6):
+        left = torch.cat([torch.full((1, extra), pad), sent], dim=1)
+        right = torch.cat([sent, torch.full((1, extra), pad)], dim=1)
+        out_l = model.encoder(left, torch.tensor([7]))["encoder_out"][0]
+        out_r = model.encoder(right, torch.tensor([7]))["encoder_out"][0]
+        torch.testing.assert_close(out_l[extra:], alone, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out_r[:7], alone, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", BASE_ARCHS)
+def test_gradients_reach_every_parameter(arch):
+    model, _, task = build_model(arch, TINY + ["--share-all-embeddings"])
+    model.train()
+    torch.manual_seed(0)
+    src = torch.randint(4, 50, (3, 9))
+    src[1, :4] = task.source_dictionary.pad()
+    out, _ = model(src, torch.tensor([9, 5, 9]), torch.randint(4, 50, (3, 6)))
+    out.logsumexp(-1).sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        if ".self_attn." in name:
+            assert p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize(
+    "arch,flags,message",
+    [
+        ("transformer_csan1d", ["--csan-window", "4"], "--csan-window must be a positive odd"),
+        ("transformer_csan1d", ["--csan-window", "0"], "--csan-window must be a positive odd"),
+        ("transformer_csan2d", ["--csan-window", "-1"], "--csan-window must be a positive odd"),
+        ("transformer_csan2d", ["--csan-heads", "2"], "--csan-heads must be a positive odd"),
+        ("transformer_csan2d", ["--csan-heads", "5"], r"--csan-heads must be at most .*--encoder-attention-heads 4"),
+        ("transformer_csan2d", ["--csan-layers", "4"], r"--csan-layers must be an integer from 0 to .*--encoder-layers 3"),
+        ("transformer_csan1d", ["--csan-layers", "-1"], "--csan-layers must be an integer from 0"),
+        ("transformer_csan1d", ["--csan-heads", "3"], "--csan-heads applies to the 2D variant"),
+    ],
+)
+def test_bad_settings_fail_at_build(arch, flags, message):
+    with pytest.raises(ValueError, match=message):
+        build_model(arch, TINY + flags)
+
+
+def test_csan_layers_zero_is_the_transformer():
+    model, _, _ = build_model("transformer_csan2d", TINY + ["--csan-layers", "0"])
+    stock, _, _ = build_model("transformer", TINY)
+    model.load_state_dict(stock.state_dict())
+    assert all(type(layer.self_attn) is MultiheadAttention for layer in model.encoder.layers)
+    src = torch.randint(4, 50, (2, 6))
+    prev = torch.randint(4, 50, (2, 5))
+    model.eval(), stock.eval()
+    torch.testing.assert_close(model(src, None, prev)[0], stock(src, None, prev)[0])
+
+
+@pytest.mark.parametrize("arch", BASE_ARCHS)
+def test_checkpoint_round_trip(arch, tmp_path):
+    """Saved as fairseq's Trainer.state_dict saves, loaded by fairseq's own loader, which
+    calls torch.load with weights_only on torch >= 2.6."""
+    model, args, task = build_model(arch, TINY + ["--csan-window", "5"])
+    model.eval()
+    path = tmp_path / "checkpoint.pt"
+    checkpoint_utils.torch_persistent_save(
+        {"args": None, "model": model.state_dict(),
+         "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True),
+         "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam", "lr_scheduler_state": {}, "num_updates": 0}], "extra_state": {}}, str(path),
+    )
+    # the file really holds an argparse.Namespace (cfg.model), the class torch >= 2.6 refuses
+    models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([str(path)], task=task)
+    loaded = models[0].eval()
+    assert type(loaded) is type(model)
+    torch.manual_seed(2)
+    src = torch.randint(4, 50, (2, 8))
+    src[0, :3] = task.source_dictionary.pad()
+    prev = torch.randint(4, 50, (2, 5))
+    torch.testing.assert_close(loaded(src, None, prev)[0], model(src, None, prev)[0], rtol=0, atol=0)
+
+
+def test_checkpoints_need_exactly_the_namespace_allow_list(tmp_path):
+    """Without the plugin's allow-list torch >= 2.6 refuses a fairseq checkpoint; with it,
+    torch still refuses a class that could run code."""
+    import argparse
+    import pickle
+
+    from fairseq_csan.checkpoint_loading import allow_fairseq_checkpoints
+
+    path = tmp_path / "state.pt"
+    torch.save({"args": argparse.Namespace(arch="transformer_csan2d"), "w": torch.ones(2)}, path)
+    try:
+        torch.serialization.clear_safe_globals()
+        with pytest.raises(pickle.UnpicklingError, match="argparse.Namespace"):
+            torch.load(path)
+    finally:
+        assert allow_fairseq_checkpoints()
+    assert torch.load(path)["args"].arch == "transformer_csan2d"
+    torch.save({"f": print}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path)
