@@ -6,4 +6,4 @@ models, the named architectures and the self-attention variants.
 
 __version__ = "0.1.0"
 
-from . import checkpoint_loading, models  # noqa: F401,E402  (registers everything)
+from . import fairseq_compat, models  # noqa: F401,E402  (registers everything)

@@ -1,0 +1,164 @@
+"""Training throughput of each architecture against the Transformer, side by side in one run.
+
+Not a test. Every architecture trains (forward + backward of the cross-entropy loss, no
+optimizer step) on the very same batches, in rounds: each round runs one batch through every
+model, in a rotating order, so that drift in the machine's speed hits all of them alike. The
+ratio of an architecture in a round is its tokens/s over the baseline's in that round; the
+table reports the median over rounds and their range.
+
+Batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De pairs
+(from ../shared/data/wmt14_en_de, or --lengths-from), sorted by length and cut into batches
+of at most --max-tokens tokens, as fairseq batches them; token ids are random.
+
+usage: python scripts/benchmark.py [--size base|big] [--rounds 5] [--max-tokens 4096]
+                                   [--archs transformer_csan1d transformer_csan2d] [--out FILE]
+"""
+
+import argparse
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import fairseq_csan  # noqa: F401  (registers the architectures)
+from fairseq import options
+from fairseq.data import Dictionary
+from fairseq.tasks.translation import TranslationTask
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_LENGTHS = REPO.parent / "shared" / "data" / "wmt14_en_de" / "newstest2014"
+BASELINE = {"base": "transformer", "big": "transformer_vaswani_wmt_en_de_big"}
+
+
+def build(arch, dictionary, seed=0):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, ["/dev/null", "--task", "translation", "-s", "src", "-t", "tgt", "--arch", arch,
+                 "--share-all-embeddings"])
+    task = TranslationTask(args, dictionary, dictionary)
+    torch.manual_seed(seed)
+    return task.build_model(args).train()
+
+
+def length_pairs(prefix: Path, max_len: int):
+    src = (prefix.parent / f"{prefix.name}.en").read_text(encoding="utf-8").splitlines()
+    tgt = (prefix.parent / f"{prefix.name}.de").read_text(encoding="utf-8").splitlines()
+    pairs = [(len(s.split()) + 1, len(t.split()) + 1) for s, t in zip(src, tgt)]  # + </s>
+    return [(s, t) for s, t in pairs if 1 < s <= max_len and 1 < t <= max_len]
+
+
+def make_batches(pairs, max_tokens, vocab, n_batches, seed):
+    """fairseq-style batches: sorted by length, each at most max_tokens (padded) tokens."""
+    pairs = sorted(pairs)
+    batches, current = [], []
+    for pair in pairs:
+        longest = max(max(p) for p in current + [pair])
+        if current and longest * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(pair)
+    batches.append(current)
+    rng = random.Random(seed)
+    chosen = rng.sample(batches, min(n_batches, len(batches)))
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for batch in chosen:
+        B, S, T = len(batch), max(p[0] for p in batch), max(p[1] for p in batch)
+        src = torch.full((B, S), 1, dtype=torch.long)  # pad = 1; sources left-padded as in fairseq
+        tgt = torch.full((B, T), 1, dtype=torch.long)
+        prev = torch.full((B, T), 1, dtype=torch.long)
+        for b, (s, t) in enumerate(batch):
+            src[b, S - s:] = torch.randint(4, vocab, (s,), generator=gen)
+            src[b, -1] = 2  # </s>
+            tgt[b, :t] = torch.randint(4, vocab, (t,), generator=gen)
+            tgt[b, t - 1] = 2
+            prev[b, 0] = 2
+            prev[b, 1:t] = tgt[b, : t - 1]
+        out.append((src, torch.tensor([p[0] for p in batch]), prev, tgt))
+    return out
+
+
+def train_step(model, batch):
+    src, src_lengths, prev, tgt = batch
+    logits, _ = model(src, src_lengths, prev)
+    loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), tgt.view(-1), ignore_index=1, reduction="sum")
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d"])
+    parser.add_argument("--size", choices=["base", "big"], default="base")
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (one batch per model each)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    parser.add_argument("--vocab", type=int, default=32000, help="joined dictionary size")
+    parser.add_argument("--lengths-from", type=Path, default=DEFAULT_LENGTHS,
+                        help="prefix of an .en/.de pair of files whose word counts give the lengths")
+    parser.add_argument("--max-len", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    if not Path(f"{args.lengths_from}.en").exists():
+        sys.exit(f"no length source at {args.lengths_from}.en; give --lengths-from PREFIX")
+    dictionary = Dictionary()
+    for i in range(args.vocab - len(dictionary)):
+        dictionary.add_symbol(f"w{i}")
+    baseline = BASELINE[args.size]
+    archs = [baseline] + [a if args.size == "base" or a.endswith("_big") else a + "_big" for a in args.archs]
+    pairs = length_pairs(args.lengths_from, args.max_len)
+    batches = make_batches(pairs, args.max_tokens, len(dictionary), args.warmup + args.rounds, args.seed)
+    models = {a: build(a, dictionary) for a in archs}
+    params = {a: sum(p.numel() for p in m.parameters()) for a, m in models.items()}
+
+    tokens = {a: [] for a in archs}
+    seconds = {a: [] for a in archs}
+    for r, batch in enumerate(batches):
+        order = archs[r % len(archs):] + archs[: r % len(archs)]
+        n_tok = int(batch[3].ne(1).sum())
+        for arch in order:
+            start = time.perf_counter()
+            train_step(models[arch], batch)
+            elapsed = time.perf_counter() - start
+            if r >= args.warmup:
+                tokens[arch].append(n_tok)
+                seconds[arch].append(elapsed)
+        label = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
+        print(f"[benchmark] {label}: {batch[0].size(0)} sentences, {n_tok} target tokens", file=sys.stderr)
+
+    src_len = statistics.mean(p[0] for p in pairs)
+    lines = [
+        f"Training throughput, forward + backward, {args.size} dimensions, batches of at most "
+        f"{args.max_tokens} tokens (mean source length {src_len:.1f} tokens, lengths of "
+        f"{args.lengths_from.name}), {args.rounds} rounds after {args.warmup} warm-up.",
+        f"Machine: {platform.processor() or platform.machine()}, {args.threads} threads, "
+        f"torch {torch.__version__}, Python {platform.python_version()}.",
+        "",
+        "| architecture | parameters | target tokens/s (median) | ratio to baseline (median) | ratio range |",
+        "|---|---|---|---|---|",
+    ]
+    for arch in archs:
+        tps = [t / s for t, s in zip(tokens[arch], seconds[arch])]
+        ratios = [(t / s) / (tb / sb) for t, s, tb, sb in zip(tokens[arch], seconds[arch], tokens[baseline], seconds[baseline])]
+        lines.append(
+            f"| {arch} | {params[arch] / 1e6:.2f}M | {statistics.median(tps):.0f} | "
+            f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |"
+        )
+    lines += ["", "Command: python scripts/benchmark.py " + " ".join(sys.argv[1:])]
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
