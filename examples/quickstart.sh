@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: data -> BPE -> fairseq-preprocess -> fairseq-train (transformer_csan2d) ->
 # fairseq-generate -> a few translations and a sacreBLEU score. Offline; about 5 minutes on
-# 2 CPU cores with the built-in toy corpus, about 16 with Multi30k.
+# 2 CPU cores with the built-in toy corpus, about 23 with Multi30k.
 #
 # usage: bash examples/quickstart.sh
 #        CORPUS=../shared/data/multi30k_en_de bash examples/quickstart.sh

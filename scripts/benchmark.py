@@ -2,9 +2,15 @@
 
 Not a test. Every architecture trains (forward + backward of the cross-entropy loss, no
 optimizer step) on the very same batches, in rounds: each round runs one batch through every
-model, in a rotating order, so that drift in the machine's speed hits all of them alike. The
-ratio of an architecture in a round is its tokens/s over the baseline's in that round; the
-table reports the median over rounds and their range.
+model in a rotating order and then in the reverse order (A B C C B A), so that drift in the
+machine's speed hits all of them alike. The ratio of an architecture in a round is its
+tokens/s over the baseline's in that round; the table reports the median over rounds and
+their range.
+
+On Linux the script re-executes itself with glibc's malloc told to keep freed memory
+(MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_): otherwise every step of a
+base model page-faults its activations in again, which on a 2-core machine costs about a third
+of the step and most of the noise. It speeds all models alike; --no-malloc-tuning turns it off.
 
 Batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De pairs
 (from ../shared/data/wmt14_en_de, or --lengths-from), sorted by length and cut into batches
@@ -15,6 +21,7 @@ usage: python scripts/benchmark.py [--size base|big] [--rounds 5] [--max-tokens 
 """
 
 import argparse
+import os
 import platform
 import random
 import statistics
@@ -33,6 +40,11 @@ from fairseq.tasks.translation import TranslationTask
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LENGTHS = REPO.parent / "shared" / "data" / "wmt14_en_de" / "newstest2014"
 BASELINE = {"base": "transformer", "big": "transformer_vaswani_wmt_en_de_big"}
+MALLOC_TUNING = {
+    "MALLOC_MMAP_THRESHOLD_": str(4 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(64 << 30),
+    "MALLOC_TOP_PAD_": str(1 << 30),
+}
 
 
 def build(arch, dictionary, seed=0):
@@ -83,6 +95,16 @@ def make_batches(pairs, max_tokens, vocab, n_batches, seed):
     return out
 
 
+def cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def train_step(model, batch):
     src, src_lengths, prev, tgt = batch
     logits, _ = model(src, src_lengths, prev)
@@ -105,7 +127,11 @@ def main():
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    parser.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc malloc's defaults")
     args = parser.parse_args()
+    tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
+    if not args.no_malloc_tuning and not tuned and platform.system() == "Linux":
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_TUNING})
     torch.set_num_threads(args.threads)
 
     if not Path(f"{args.lengths_from}.en").exists():
@@ -125,13 +151,15 @@ def main():
     for r, batch in enumerate(batches):
         order = archs[r % len(archs):] + archs[: r % len(archs)]
         n_tok = int(batch[3].ne(1).sum())
-        for arch in order:
+        elapsed = dict.fromkeys(archs, 0.0)
+        for arch in order + order[::-1]:
             start = time.perf_counter()
             train_step(models[arch], batch)
-            elapsed = time.perf_counter() - start
-            if r >= args.warmup:
-                tokens[arch].append(n_tok)
-                seconds[arch].append(elapsed)
+            elapsed[arch] += time.perf_counter() - start
+        if r >= args.warmup:
+            for arch in archs:
+                tokens[arch].append(2 * n_tok)
+                seconds[arch].append(elapsed[arch])
         label = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
         print(f"[benchmark] {label}: {batch[0].size(0)} sentences, {n_tok} target tokens", file=sys.stderr)
 
@@ -139,9 +167,9 @@ def main():
     lines = [
         f"Training throughput, forward + backward, {args.size} dimensions, batches of at most "
         f"{args.max_tokens} tokens (mean source length {src_len:.1f} tokens, lengths of "
-        f"{args.lengths_from.name}), {args.rounds} rounds after {args.warmup} warm-up.",
-        f"Machine: {platform.processor() or platform.machine()}, {args.threads} threads, "
-        f"torch {torch.__version__}, Python {platform.python_version()}.",
+        f"{args.lengths_from.name}), {args.rounds} rounds (A B C C B A) after {args.warmup} warm-up.",
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, torch {torch.__version__}, "
+        f"Python {platform.python_version()}, malloc tuning {'on' if tuned else 'off'}.",
         "",
         "| architecture | parameters | target tokens/s (median) | ratio to baseline (median) | ratio range |",
         "|---|---|---|---|---|",

@@ -134,3 +134,18 @@ def test_checkpoint_round_trip(arch, tmp_path):
     prev = torch.randint(4, 50, (2, 5))
     torch.testing.assert_close(loaded(src, None, prev)[0], model(src, None, prev)[0], rtol=0, atol=0)
 
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("arch", BASE_ARCHS)
+def test_whole_model_in_half_precision_is_finite(arch, dtype):
+    """Heavy left padding: some padding queries see only padding in their window."""
+    model, _, task = build_model(arch, TINY + ["--csan-window", "3"])
+    model = model.to(dtype).train()
+    src = torch.randint(4, 50, (3, 12))
+    src[1, :9] = task.source_dictionary.pad()
+    src[2, :11] = task.source_dictionary.pad()
+    out, _ = model(src, torch.tensor([12, 3, 1]), torch.randint(4, 50, (3, 5)))
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    out.float().logsumexp(-1).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
