@@ -33,7 +33,7 @@ def check_outputs(work: Path, arch: str, n_test: int, stdout: str):
     assert (work / "checkpoints" / arch / "checkpoint_last.pt").is_file()
     for step in ("1/6", "2/6", "3/6", "4/6", "5/6", "6/6"):
         assert f"] {step} " in stdout
-    assert "train_inner" in stdout  # training progress was shown
+    assert "done training" in stdout and "| valid |" in stdout  # training progress was shown
 
 
 @pytest.fixture(scope="module")
