@@ -35,6 +35,15 @@ from .attention_core import EncoderSelfAttention
 from .registry import register_self_attention
 
 
+def _check_area_heads(area_heads, num_heads: int):
+    _positive_odd(area_heads, "--csan-heads", "head area")
+    if area_heads > num_heads:
+        raise ValueError(
+            f"--csan-heads must be at most the number of attention heads "
+            f"(--encoder-attention-heads {num_heads}); got {area_heads}"
+        )
+
+
 def _positive_odd(value, flag: str, meaning: str):
     if not isinstance(value, int) or value < 1 or value % 2 == 0:
         raise ValueError(
@@ -87,12 +96,7 @@ class CrossHeadWindowAttention(LocalWindowAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, window: int = 11, area_heads: int = 3, **kwargs):
         super().__init__(embed_dim, num_heads, window=window, **kwargs)
-        _positive_odd(area_heads, "--csan-heads", "head area")
-        if area_heads > num_heads:
-            raise ValueError(
-                f"--csan-heads must be at most the number of attention heads "
-                f"(--encoder-attention-heads {num_heads}); got {area_heads}"
-            )
+        _check_area_heads(area_heads, num_heads)
         self.area_heads = area_heads  # N
         self.half_heads = (area_heads - 1) // 2  # n
 
@@ -107,13 +111,7 @@ class CrossHeadWindowAttention(LocalWindowAttention):
     @classmethod
     def check_args(cls, args):
         super().check_args(args)
-        heads = getattr(args, "csan_heads", None)
-        _positive_odd(heads, "--csan-heads", "head area")
-        if heads > args.encoder_attention_heads:
-            raise ValueError(
-                f"--csan-heads must be at most the number of attention heads "
-                f"(--encoder-attention-heads {args.encoder_attention_heads}); got {heads}"
-            )
+        _check_area_heads(getattr(args, "csan_heads", None), args.encoder_attention_heads)
 
     @classmethod
     def options(cls, args) -> dict:
