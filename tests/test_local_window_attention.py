@@ -17,7 +17,7 @@ D, H = 32, 4
 
 def make(window=5, area_heads=1, heads=H, seed=0, dtype=torch.float64):
     torch.manual_seed(seed)
-    if area_heads == 1 and window is not None:
+    if area_heads == 1:
         m = LocalWindowAttention(D, heads, window=window)
     else:
         m = CrossHeadWindowAttention(D, heads, window=window, area_heads=area_heads)
