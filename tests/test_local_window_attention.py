@@ -7,7 +7,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq_csan.modules import (
     SELF_ATTENTION_VARIANTS,
     CrossHeadWindowAttention,
-    EncoderSelfAttention,
+    SelfAttention,
     LocalWindowAttention,
 )
 from reference import csan_attention_reference
@@ -163,7 +163,7 @@ def test_gradients_reach_every_parameter():
 
 def test_no_parameters_added():
     stock = MultiheadAttention(D, H, self_attention=True)
-    for cls in (EncoderSelfAttention, LocalWindowAttention, CrossHeadWindowAttention):
+    for cls in (SelfAttention, LocalWindowAttention, CrossHeadWindowAttention):
         m = cls(D, H)
         assert [n for n, _ in m.named_parameters()] == [n for n, _ in stock.named_parameters()]
         assert sum(p.numel() for p in m.parameters()) == sum(p.numel() for p in stock.parameters())

@@ -1,5 +1,6 @@
-"""Every registered architecture: placement, parameter counts, padding, gradients, bad flags,
-and the checkpoint round trip through fairseq's own loader."""
+"""Every registered architecture: padding, gradients, the checkpoint round trip through
+fairseq's own loader, low precision; the CSAN architectures: placement, parameter counts
+and bad flags."""
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from fairseq_csan.modules import CrossHeadWindowAttention, LocalWindowAttention
 
 ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_csan"))
 BASE_ARCHS = [a for a in ARCHS if not a.endswith("_big")]
+CSAN_ARCHS = [a for a in ARCHS if "ctxaware" not in a]  # parameter-free; context gating has its own tests
 REFERENCE_ARCH = {False: "transformer", True: "transformer_vaswani_wmt_en_de_big"}
 VARIANT_CLASS = {"csan1d": LocalWindowAttention, "csan2d": CrossHeadWindowAttention}
 
@@ -22,11 +24,12 @@ def n_params(model):
     return sum(p.numel() for p in model.parameters())
 
 
-def test_csan_architectures_are_registered():
-    assert {"transformer_csan1d", "transformer_csan2d", "transformer_csan1d_big", "transformer_csan2d_big"} <= set(ARCHS)
+def test_architectures_are_registered():
+    assert {"transformer_csan1d", "transformer_csan2d", "transformer_csan1d_big", "transformer_csan2d_big",
+            "transformer_ctxaware", "transformer_ctxaware_big", "transformer_csan2d_ctxaware"} <= set(ARCHS)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", CSAN_ARCHS)
 def test_papers_defaults_and_placement(arch):
     model, args, _ = build_model(arch, TINY[:-4] + ["--encoder-layers", "6", "--decoder-layers", "1"])
     assert (args.csan_window, args.csan_layers) == (11, 3)
@@ -38,7 +41,7 @@ def test_papers_defaults_and_placement(arch):
     assert all(type(layer.self_attn) is MultiheadAttention for layer in model.decoder.layers)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", CSAN_ARCHS)
 def test_parameter_count_equals_transformer_at_full_size(arch):
     """Parameter-free: the exact count of the Transformer at the same (real) dimensions."""
     big = arch.endswith("_big")

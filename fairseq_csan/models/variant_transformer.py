@@ -1,21 +1,28 @@
-"""The fairseq Transformer with a registered self-attention variant in its lowest encoder layers.
+"""The fairseq Transformer with registered self-attention variants, and context gating.
 
-Vaswani et al., "Attention Is All You Need", NeurIPS 2017, with the change of Yang et al.,
-"Convolutional Self-Attention Networks", NAACL 2019 (arXiv:1904.03107), section 5: the
-variant replaces the self-attention of the lowest ``--csan-layers`` K encoder layers; the
-other encoder layers and the whole decoder are fairseq's stock Transformer.
+Vaswani et al., "Attention Is All You Need", NeurIPS 2017, with two changes that combine:
+
+- Yang et al., "Convolutional Self-Attention Networks", NAACL 2019 (arXiv:1904.03107),
+  section 5: a variant (``--encoder-self-attention``) replaces the self-attention of the
+  lowest ``--csan-layers`` K encoder layers;
+- Yang et al., "Context-Aware Self-Attention Networks", AAAI 2019 (arXiv:1902.05766):
+  with ``--ctx-type``, every self-attention of the encoder, the decoder or both
+  (``--ctx-side``) gates its queries and/or keys (``--ctx-gate``) with context.
+
+Everything else is fairseq's stock Transformer.
 """
 
 from functools import partial
 
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
-from fairseq.models.transformer import TransformerConfig, TransformerEncoder, TransformerModel
+from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder, TransformerModel
 from fairseq.models.transformer.transformer_legacy import base_architecture
-from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
-from ..modules import SELF_ATTENTION_VARIANTS, get_self_attention
+from ..modules import SELF_ATTENTION_VARIANTS, SelfAttention, get_self_attention
+from ..modules.context_gating import CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES, ContextHistory, context_aware
 from ..modules.registry import add_self_attention_args
 
 
@@ -28,41 +35,125 @@ class VariantEncoderLayer(TransformerEncoderLayerBase):
         del self._build_attention
 
     def build_self_attention(self, embed_dim, cfg):
-        return self._build_attention(embed_dim, cfg)
+        return self._build_attention(embed_dim)
+
+
+class VariantDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer whose self-attention is built by ``build_attention``."""
+
+    def __init__(self, cfg, build_attention, no_encoder_attn=False):
+        self._build_attention = build_attention  # read inside super().__init__()
+        super().__init__(cfg, no_encoder_attn=no_encoder_attn)
+        del self._build_attention
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return self._build_attention(embed_dim)
+
+
+def _wrap_layer(layer, cfg):
+    """Wrapped exactly as fairseq wraps its own layers."""
+    if cfg.checkpoint_activations:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
+    return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+
+def _context_on(args, side: str) -> bool:
+    return args.ctx_type is not None and args.ctx_side in (side, "both")
 
 
 class VariantTransformerEncoder(TransformerEncoder):
-    """fairseq's encoder; layers 1..K take the variant's self-attention."""
+    """fairseq's encoder; layers 1..K take the variant's self-attention, and with context
+    gating on the encoder side every layer's self-attention is context-aware."""
 
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         self._variant = get_self_attention(args.encoder_self_attention)
         self._variant_layers = args.csan_layers
+        self.context_history = ContextHistory(causal=False) if _context_on(args, "encoder") else None
         self._layers_built = 0  # build_encoder_layer is called once per layer, bottom up
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
 
     def build_encoder_layer(self, args):
         index = self._layers_built
         self._layers_built += 1
-        if index >= self._variant_layers:
-            return super().build_encoder_layer(args)
+        attention = self._variant if index < self._variant_layers else SelfAttention
+        extra = {}
+        if self.context_history is not None:
+            attention = context_aware(attention)
+            extra = dict(history=self.context_history, layer=index + 1, ctx_type=args.ctx_type, ctx_gate=args.ctx_gate)
+        elif attention is SelfAttention:
+            return super().build_encoder_layer(args)  # fairseq's own layer
         cfg = TransformerConfig.from_namespace(args)
-        layer = VariantEncoderLayer(cfg, partial(self._variant.build, args=args), return_fc=self.return_fc)
-        # wrapped exactly as fairseq wraps its own encoder layers
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
-        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+        build = partial(attention.build, num_heads=cfg.encoder.attention_heads, cfg=cfg, args=args, **extra)
+        return _wrap_layer(VariantEncoderLayer(cfg, build, return_fc=self.return_fc), cfg)
+
+    def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
+        if self.context_history is None:
+            return super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        pad = src_tokens.eq(self.padding_idx)
+        with self.context_history.recording(pad if pad.any() else None):
+            return super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+
+
+class ContextTransformerDecoder(TransformerDecoder):
+    """fairseq's decoder with context-aware self-attention in every layer; the context
+    of step t is made of steps 1..t only, in training and in incremental decoding alike."""
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        self.context_history = ContextHistory(causal=True)
+        self._layers_built = 0
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+
+    def build_decoder_layer(self, args, no_encoder_attn=False):
+        index = self._layers_built
+        self._layers_built += 1
+        cfg = TransformerConfig.from_namespace(args)
+        build = partial(
+            context_aware(SelfAttention).build, num_heads=cfg.decoder.attention_heads, cfg=cfg, args=args,
+            history=self.context_history, layer=index + 1, ctx_type=args.ctx_type, ctx_gate=args.ctx_gate,
+        )
+        return _wrap_layer(VariantDecoderLayer(cfg, build, no_encoder_attn=no_encoder_attn), cfg)
+
+    def extract_features_scriptable(self, prev_output_tokens, encoder_out, incremental_state=None, *args, **kwargs):
+        step_tokens = prev_output_tokens[:, -1:] if incremental_state is not None else prev_output_tokens
+        pad = step_tokens.eq(self.padding_idx)
+        with self.context_history.recording(pad if pad.any() else None, incremental_state):
+            return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state, *args, **kwargs)
 
 
 def check_variant_args(args):
     """Fail at model build, naming the flag and what is allowed."""
     get_self_attention(args.encoder_self_attention).check_args(args)
+    check_context_args(args)
     layers = getattr(args, "csan_layers", None)
     if not isinstance(layers, int) or not 0 <= layers <= args.encoder_layers:
         raise ValueError(
             f"--csan-layers must be an integer from 0 to the number of encoder layers "
             f"(--encoder-layers {args.encoder_layers}); got {layers!r}"
         )
+
+
+def check_context_args(args):
+    ctx_type, side, gate = (getattr(args, f, None) for f in ("ctx_type", "ctx_side", "ctx_gate"))
+    if ctx_type is None:
+        if side is not None or gate is not None:
+            flag = "--ctx-side" if side is not None else "--ctx-gate"
+            raise ValueError(f"{flag} needs context gating: set --ctx-type ({', '.join(CONTEXT_TYPES)}) "
+                             "or use a *_ctxaware architecture")
+        return
+    for flag, value, allowed in (("--ctx-type", ctx_type, CONTEXT_TYPES), ("--ctx-side", side, CONTEXT_SIDES),
+                                 ("--ctx-gate", gate, CONTEXT_GATES)):
+        if value not in allowed:
+            raise ValueError(f"{flag} must be one of {', '.join(allowed)}; got {value!r}")
+    if args.checkpoint_activations:
+        raise ValueError(
+            "--checkpoint-activations cannot be used with --ctx-type: a layer's context holds the "
+            "inputs of the layers below, which recomputation would detach from the graph"
+        )
+    if side in ("decoder", "both") and (args.cross_self_attention or args.decoder_layers == 0):
+        raise ValueError("--ctx-side decoder/both needs the standard decoder self-attention: "
+                         "it cannot be combined with --cross-self-attention")
 
 
 @register_model("transformer_variant")
@@ -84,11 +175,30 @@ class VariantTransformerModel(TransformerModel):
             help="number of lowest encoder layers that use the variant (papers: 3 of 6)",
         )
         add_self_attention_args(parser)
+        parser.add_argument(
+            "--ctx-type", metavar="TYPE",
+            help="context-aware self-attention (Yang et al., AAAI 2019): the context that gates "
+                 f"queries and keys, one of {', '.join(CONTEXT_TYPES)}; off unless set "
+                 "(*_ctxaware architectures: deep-global+deep)",
+        )
+        parser.add_argument(
+            "--ctx-side", metavar="SIDE",
+            help=f"where context gating applies, one of {', '.join(CONTEXT_SIDES)} (default: encoder)",
+        )
+        parser.add_argument(
+            "--ctx-gate", metavar="GATE",
+            help=f"which projections are gated, one of {', '.join(CONTEXT_GATES)} (default: both)",
+        )
 
     @classmethod
     def build_model(cls, args, task):
         args.encoder_self_attention = getattr(args, "encoder_self_attention", "standard")
         args.csan_layers = getattr(args, "csan_layers", 0)
+        for flag in ("ctx_type", "ctx_side", "ctx_gate"):
+            setattr(args, flag, getattr(args, flag, None))
+        if args.ctx_type is not None:
+            args.ctx_side = args.ctx_side or "encoder"
+            args.ctx_gate = args.ctx_gate or "both"
         base_architecture(args)  # the Transformer's defaults, so the checks see final values
         check_variant_args(args)
         return super().build_model(args, task)
@@ -96,3 +206,9 @@ class VariantTransformerModel(TransformerModel):
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return VariantTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        if not _context_on(args, "decoder"):
+            return super().build_decoder(args, tgt_dict, embed_tokens)
+        return ContextTransformerDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention)

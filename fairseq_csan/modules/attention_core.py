@@ -1,4 +1,4 @@
-"""The shared self-attention core that every encoder self-attention variant refines.
+"""The shared self-attention core that every self-attention variant refines.
 
 Multi-head scaled dot-product self-attention (Vaswani et al., NeurIPS 2017; written as
 eqs. 1-3 in Yang et al., "Convolutional Self-Attention Networks", NAACL 2019,
@@ -14,14 +14,15 @@ the initialisation and the state-dict keys of the standard layer.
 
 A variant refines exactly one of these steps and nothing else:
 
-- :meth:`EncoderSelfAttention.structure_mask`: which (query, key) pairs may attend,
+- :meth:`SelfAttention.structure_mask`: which (query, key) pairs may attend,
   independent of the batch (local windows, directions);
-- :meth:`EncoderSelfAttention.gather_keys`: which keys and values each head sees
+- :meth:`SelfAttention.gather_keys`: which keys and values each head sees
   (2D-CSAN's cross-head area);
-- :meth:`EncoderSelfAttention.project`: how Q, K and V are made from X.
+- :meth:`SelfAttention.project`: how Q, K and V are made from X (context-aware gating).
 
-Padding, the fused softmax kernel (``F.scaled_dot_product_attention``), attention dropout
-and the output projection live here once.
+Padding, the causal mask and the key cache of incremental decoding (decoder side), the
+fused softmax kernel (``F.scaled_dot_product_attention``), attention dropout and the
+output projection live here once.
 """
 
 from typing import Optional, Tuple
@@ -35,11 +36,12 @@ from .registry import register_self_attention
 
 
 @register_self_attention("standard")
-class EncoderSelfAttention(MultiheadAttention):
-    """Standard multi-head self-attention for the encoder, on PyTorch's fused kernel.
+class SelfAttention(MultiheadAttention):
+    """Standard multi-head self-attention on PyTorch's fused kernel.
 
     Registered as ``standard``: with it every layer computes exactly what fairseq's
-    :class:`~fairseq.modules.MultiheadAttention` computes.
+    :class:`~fairseq.modules.MultiheadAttention` computes as a self-attention, in the
+    encoder or (with the causal mask and incremental decoding) in the decoder.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, **kwargs):
@@ -60,26 +62,23 @@ class EncoderSelfAttention(MultiheadAttention):
         return {}
 
     @classmethod
-    def build(cls, embed_dim: int, cfg, args):
-        """Build from fairseq's TransformerConfig ``cfg`` and the parsed flags ``args``."""
+    def build(cls, embed_dim: int, num_heads: int, cfg, args, **extra):
+        """Build from fairseq's TransformerConfig ``cfg`` and the parsed flags ``args``;
+        ``extra`` are constructor arguments that do not come from flags (a mixin's)."""
         return cls(
             embed_dim,
-            cfg.encoder.attention_heads,
+            num_heads,
             dropout=cfg.attention_dropout,
             q_noise=cfg.quant_noise.pq,
             qn_block_size=cfg.quant_noise.pq_block_size,
             **cls.options(args),
+            **extra,
         )
 
     # ---- the three steps a variant may refine ------------------------------------------
     def project(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """Eq. 1 and the head split: (T, B, d) -> three tensors of shape (B, H, T, d_h)."""
-        T, B, _ = x.shape
-
-        def split_heads(t):
-            return t.view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-
-        return split_heads(self.q_proj(x)), split_heads(self.k_proj(x)), split_heads(self.v_proj(x))
+        """Eq. 1: (T, B, d) -> Q, K, V, each (T, B, d), before the head split and the scaling."""
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def gather_keys(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
         """The keys and values each head attends over: (B, H, T, d_h) -> (B, H, S, d_h).
@@ -112,50 +111,84 @@ class EncoderSelfAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, None]:
-        """Self-attention over ``query`` (T, B, d); fairseq's encoder-layer calling convention.
+        """Self-attention over ``query`` (T, B, d) with fairseq's calling convention.
 
         ``key`` and ``value`` must be ``query`` itself or None. ``key_padding_mask`` is
-        (B, T), True at padding. Returns (output (T, B, d), None).
+        (B, T), True at padding. ``attn_mask`` is an additive float mask of shape (T, T),
+        as fairseq's decoder passes its causal mask. With ``incremental_state`` (decoding
+        one step at a time) keys and values of earlier steps come from the cache, in
+        fairseq's layout, so :meth:`reorder_incremental_state` reorders them for beam search.
+        Returns (output (T, B, d), None).
         """
-        if incremental_state is not None or static_kv or before_softmax:
-            raise NotImplementedError(
-                f"{type(self).__name__} is an encoder self-attention: it has no incremental "
-                "state, static keys or pre-softmax output"
-            )
+        if static_kv or before_softmax:
+            raise NotImplementedError(f"{type(self).__name__} has no static keys or pre-softmax output")
         if need_weights or need_head_weights:
             raise NotImplementedError(
                 f"{type(self).__name__} runs on the fused attention kernel and does not "
                 "return attention weights"
             )
-        if attn_mask is not None:
-            raise NotImplementedError(f"{type(self).__name__} takes no attn_mask")
         if (key is not None and key is not query) or (value is not None and value is not query):
             raise ValueError(f"{type(self).__name__} is a self-attention: key and value must be the query")
+        if incremental_state is not None and self._restricts_keys():
+            raise NotImplementedError(f"{type(self).__name__} is an encoder-side variant: no incremental decoding")
 
         T, B, d = query.shape
-        q, k, v = self.project(query)  # (B, H, T, d_h) each
+        H, dh = self.num_heads, self.head_dim
+        q, k, v = (t.reshape(-1, B, H, dh).permute(1, 2, 0, 3) for t in self.project(query))  # (B, H, T, d_h)
+        if incremental_state is not None:
+            k, v, key_padding_mask = self._extend_cache(incremental_state, k, v, key_padding_mask)
         k, v = self.gather_keys(k, v)  # (B, H, S, d_h)
-        mask = self.attention_mask(T, k.size(2), key_padding_mask, query.device)
+        mask = self.attention_mask(T, k.size(2), key_padding_mask, attn_mask, query.device)
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, d_h)
         out = out.permute(2, 0, 1, 3).reshape(T, B, d)  # (T, B, d)
         return self.out_proj(out), None
 
-    def attention_mask(
-        self, seq_len: int, key_slots: int, key_padding_mask: Optional[Tensor], device
-    ) -> Optional[Tensor]:
-        """The structure mask combined with padding: bool, broadcastable to (B, H, T, S).
+    def _restricts_keys(self) -> bool:
+        cls = type(self)
+        return cls.gather_keys is not SelfAttention.gather_keys or cls.structure_mask is not SelfAttention.structure_mask
 
-        A real query never attends to a padding key. A padding query may attend to every
-        key its structure allows, padding included: its row then is never empty, so no
-        softmax row is all -inf (no NaN in any precision), and padding outputs never
-        reach a real position because padding keys are masked in every layer.
+    def _extend_cache(self, incremental_state, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]):
+        """Prepend the cached keys and values of earlier steps and cache the result."""
+        saved = self._get_input_buffer(incremental_state)
+        if "prev_key" in saved:
+            k = torch.cat([saved["prev_key"], k], dim=2)
+            v = torch.cat([saved["prev_value"], v], dim=2)
+        key_padding_mask = self._append_prev_key_padding_mask(
+            key_padding_mask, saved.get("prev_key_padding_mask"), k.size(0), k.size(2), False
+        )
+        saved["prev_key"], saved["prev_value"] = k, v
+        saved["prev_key_padding_mask"] = key_padding_mask
+        self._set_input_buffer(incremental_state, saved)
+        return k, v, key_padding_mask
+
+    def attention_mask(
+        self,
+        num_queries: int,
+        key_slots: int,
+        key_padding_mask: Optional[Tensor],
+        attn_mask: Optional[Tensor],
+        device,
+    ) -> Optional[Tensor]:
+        """Structure, padding and ``attn_mask`` in one mask broadcastable to (B, H, T, S).
+
+        Bool (True = may attend), or additive float when ``attn_mask`` is given. The
+        queries are the last T of the key positions (all of them, except when decoding
+        step by step). A real query never attends to a padding key. A padding query may
+        attend to every key its structure allows, padding included: its row then is never
+        empty, so no softmax row is all -inf (no NaN in any precision), and padding
+        outputs never reach a real position because padding keys are masked in every layer.
         """
-        allowed = self.structure_mask(seq_len, device)  # (H|1, T, S) or (T, S) or None
-        if key_padding_mask is None:
+        allowed = self.structure_mask(num_queries, device)  # (H|1, T, S) or (T, S) or None
+        if key_padding_mask is not None:
+            pad = key_padding_mask.to(device=device, dtype=torch.bool)  # (B, positions)
+            copies = key_slots // pad.size(1)
+            key_pad = pad.repeat(1, copies) if copies > 1 else pad  # (B, S)
+            query_pad = pad[:, pad.size(1) - num_queries:]  # (B, T)
+            visible = ~key_pad[:, None, None, :] | query_pad[:, None, :, None]  # (B, 1, T, S)
+            allowed = visible if allowed is None else visible & allowed
+        if attn_mask is None:
             return allowed
-        pad = key_padding_mask.to(device=device, dtype=torch.bool)  # (B, T)
-        copies = key_slots // seq_len
-        key_pad = pad.repeat(1, copies) if copies > 1 else pad  # (B, S)
-        visible = ~key_pad[:, None, None, :] | pad[:, None, :, None]  # (B, 1, T, S)
-        return visible if allowed is None else visible & allowed
+        if allowed is None:
+            return attn_mask
+        return attn_mask.masked_fill(~allowed, float("-inf"))

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention_core import EncoderSelfAttention
+from .attention_core import SelfAttention
 from .registry import register_self_attention
 
 
@@ -53,7 +53,7 @@ def _positive_odd(value, flag: str, meaning: str):
 
 
 @register_self_attention("csan1d")
-class LocalWindowAttention(EncoderSelfAttention):
+class LocalWindowAttention(SelfAttention):
     """1D-CSAN: attention restricted to a window of ``window`` tokens centred on the query."""
 
     def __init__(self, embed_dim: int, num_heads: int, window: int = 11, **kwargs):

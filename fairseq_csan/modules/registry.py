@@ -1,6 +1,6 @@
 """The one registry of encoder self-attention variants.
 
-A variant is a subclass of :class:`~fairseq_csan.modules.attention_core.EncoderSelfAttention`
+A variant is a subclass of :class:`~fairseq_csan.modules.attention_core.SelfAttention`
 registered under a short name. The encoder looks a name up once, when it builds the
 self-attention of each layer that uses the variant; nothing else branches on the name.
 """

@@ -1,4 +1,4 @@
-"""Named architectures of Convolutional Self-Attention Networks (Yang et al., NAACL 2019).
+"""Named architectures: Convolutional (NAACL 2019) and Context-Aware (AAAI 2019) Self-Attention Networks.
 
 Base and big dimensions are those of Vaswani et al. 2017 (fairseq's ``transformer`` and
 ``transformer_vaswani_wmt_en_de_big``); the papers' setting is M = 11 tokens, N = 3 heads,
@@ -42,3 +42,41 @@ def transformer_csan1d_big(args):
 def transformer_csan2d_big(args):
     _csan_defaults(args, "csan2d")
     transformer_vaswani_wmt_en_de_big(args)
+
+
+# ---- Context-Aware Self-Attention Networks (Yang et al., AAAI 2019) --------------------------
+# The paper's best: deep-global + deep context (Table 1 row 5), on the encoder side, gating
+# both queries and keys (Table 3).
+
+
+def _ctxaware_defaults(args):
+    args.ctx_type = getattr(args, "ctx_type", None) or "deep-global+deep"
+    args.ctx_side = getattr(args, "ctx_side", None) or "encoder"
+    args.ctx_gate = getattr(args, "ctx_gate", None) or "both"
+
+
+@register_model_architecture("transformer_variant", "transformer_ctxaware")
+def transformer_ctxaware(args):
+    _ctxaware_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_variant", "transformer_ctxaware_big")
+def transformer_ctxaware_big(args):
+    _ctxaware_defaults(args)
+    transformer_vaswani_wmt_en_de_big(args)
+
+
+# ---- both: 2D-CSAN in the lowest encoder layers, context gating as above (no paper has it) ----
+
+
+@register_model_architecture("transformer_variant", "transformer_csan2d_ctxaware")
+def transformer_csan2d_ctxaware(args):
+    transformer_csan2d(args)
+    transformer_ctxaware(args)
+
+
+@register_model_architecture("transformer_variant", "transformer_csan2d_ctxaware_big")
+def transformer_csan2d_ctxaware_big(args):
+    transformer_csan2d_big(args)
+    transformer_ctxaware_big(args)
