@@ -1,11 +1,18 @@
-"""Training throughput of each architecture against the Transformer, side by side in one run.
+"""Training or decoding throughput of each architecture against the Transformer, side by side.
 
-Not a test. Every architecture trains (forward + backward of the cross-entropy loss, no
-optimizer step) on the very same batches, in rounds: each round runs one batch through every
-model in a rotating order and then in the reverse order (A B C C B A), so that drift in the
-machine's speed hits all of them alike. The ratio of an architecture in a round is its
-tokens/s over the baseline's in that round; the table reports the median over rounds and
-their range.
+Not a test. Every architecture runs the very same batches, in rounds: each round runs one
+batch through every model in a rotating order and then in the reverse order (A B C C B A), so
+that drift in the machine's speed hits all of them alike. The ratio of an architecture in a
+round is its throughput over the baseline's in that round; the table reports the median over
+rounds and their range.
+
+--mode train (default): forward + backward of the cross-entropy loss (no optimizer step) on
+batches of at most --max-tokens tokens; throughput in target tokens/s.
+
+--mode decode: fairseq's beam search (SequenceGenerator, --beam 4, --lenpen 0.6, the papers'
+setting) in eval mode over batches of --batch-size source sentences; throughput in
+sentences/s. The weights are untrained, so the end of sentence is banned until the batch's
+longest source length and forced there: every model decodes the same number of steps.
 
 On Linux the script re-executes itself with glibc's malloc told to keep freed memory
 (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_): otherwise every step of a
@@ -16,8 +23,8 @@ Batches: sentence pairs whose lengths are the word counts of real newstest2014 E
 (from ../shared/data/wmt14_en_de, or --lengths-from), sorted by length and cut into batches
 of at most --max-tokens tokens, as fairseq batches them; token ids are random.
 
-usage: python scripts/benchmark.py [--size base|big] [--rounds 5] [--max-tokens 4096]
-                                   [--archs transformer_csan1d transformer_csan2d] [--out FILE]
+usage: python scripts/benchmark.py [--mode train|decode] [--size base|big] [--rounds 5]
+                                   [--max-tokens 4096] [--batch-size 64] [--archs ARCH ...] [--out FILE]
 """
 
 import argparse
@@ -35,6 +42,7 @@ import torch.nn.functional as F
 import fairseq_csan  # noqa: F401  (registers the architectures)
 from fairseq import options
 from fairseq.data import Dictionary
+from fairseq.sequence_generator import SequenceGenerator
 from fairseq.tasks.translation import TranslationTask
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,6 +103,23 @@ def make_batches(pairs, max_tokens, vocab, n_batches, seed):
     return out
 
 
+def make_source_batches(pairs, batch_size, vocab, n_batches, seed):
+    """Batches of ``batch_size`` source sentences of similar length (sorted, then cut)."""
+    lengths = sorted(s for s, _ in pairs)
+    chunks = [lengths[i:i + batch_size] for i in range(0, len(lengths) - batch_size + 1, batch_size)]
+    chosen = random.Random(seed).sample(chunks, min(n_batches, len(chunks)))
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for chunk in chosen:
+        S = max(chunk)
+        src = torch.full((len(chunk), S), 1, dtype=torch.long)  # left-padded
+        for b, s in enumerate(chunk):
+            src[b, S - s:] = torch.randint(4, vocab, (s,), generator=gen)
+            src[b, -1] = 2
+        out.append((src, torch.tensor(chunk)))
+    return out
+
+
 def cpu_name():
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -113,11 +138,22 @@ def train_step(model, batch):
     model.zero_grad(set_to_none=True)
 
 
+def decode_step(model, batch, dictionary, beam):
+    src, src_lengths = batch
+    steps = int(src_lengths.max())
+    generator = SequenceGenerator([model], dictionary, beam_size=beam, len_penalty=0.6,
+                                  max_len_a=0, max_len_b=steps, min_len=steps)
+    generator.forward({"net_input": {"src_tokens": src, "src_lengths": src_lengths}})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d"])
+    parser.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
+    parser.add_argument("--mode", choices=["train", "decode"], default="train")
     parser.add_argument("--size", choices=["base", "big"], default="base")
-    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--max-tokens", type=int, default=4096, help="training batch size in tokens")
+    parser.add_argument("--batch-size", type=int, default=64, help="decoding batch size in sentences")
+    parser.add_argument("--beam", type=int, default=4, help="decoding beam size")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (one batch per model each)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--vocab", type=int, default=32000, help="joined dictionary size")
@@ -142,43 +178,60 @@ def main():
     baseline = BASELINE[args.size]
     archs = [baseline] + [a if args.size == "base" or a.endswith("_big") else a + "_big" for a in args.archs]
     pairs = length_pairs(args.lengths_from, args.max_len)
-    batches = make_batches(pairs, args.max_tokens, len(dictionary), args.warmup + args.rounds, args.seed)
+    n_batches = args.warmup + args.rounds
+    if args.mode == "train":
+        batches = make_batches(pairs, args.max_tokens, len(dictionary), n_batches, args.seed)
+        step = train_step
+    else:
+        batches = make_source_batches(pairs, args.batch_size, len(dictionary), n_batches, args.seed)
+        step = lambda model, batch: decode_step(model, batch, dictionary, args.beam)  # noqa: E731
     models = {a: build(a, dictionary) for a in archs}
+    if args.mode == "decode":
+        for model in models.values():
+            model.eval()
     params = {a: sum(p.numel() for p in m.parameters()) for a, m in models.items()}
 
     tokens = {a: [] for a in archs}
     seconds = {a: [] for a in archs}
     for r, batch in enumerate(batches):
         order = archs[r % len(archs):] + archs[: r % len(archs)]
-        n_tok = int(batch[3].ne(1).sum())
+        units = int(batch[3].ne(1).sum()) if args.mode == "train" else batch[0].size(0)
         elapsed = dict.fromkeys(archs, 0.0)
         for arch in order + order[::-1]:
             start = time.perf_counter()
-            train_step(models[arch], batch)
+            step(models[arch], batch)
             elapsed[arch] += time.perf_counter() - start
         if r >= args.warmup:
             for arch in archs:
-                tokens[arch].append(2 * n_tok)
+                tokens[arch].append(2 * units)
                 seconds[arch].append(elapsed[arch])
         label = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
-        print(f"[benchmark] {label}: {batch[0].size(0)} sentences, {n_tok} target tokens", file=sys.stderr)
+        what = f"{units} target tokens" if args.mode == "train" else f"source length up to {batch[0].size(1)}"
+        ratios = " ".join(f"{a} {elapsed[baseline] / elapsed[a]:.3f}" for a in archs[1:])
+        print(f"[benchmark] {label}: {batch[0].size(0)} sentences, {what}; ratios {ratios}", file=sys.stderr)
 
     src_len = statistics.mean(p[0] for p in pairs)
+    if args.mode == "train":
+        what = f"Training throughput, forward + backward, {args.size} dimensions, batches of at most {args.max_tokens} tokens"
+        unit = "target tokens/s"
+    else:
+        what = (f"Beam-search decoding throughput (beam {args.beam}, length penalty 0.6), {args.size} dimensions, "
+                f"batches of {args.batch_size} sentences, each decoded to the batch's longest source length")
+        unit = "sentences/s"
     lines = [
-        f"Training throughput, forward + backward, {args.size} dimensions, batches of at most "
-        f"{args.max_tokens} tokens (mean source length {src_len:.1f} tokens, lengths of "
+        f"{what} (mean source length {src_len:.1f} tokens, lengths of "
         f"{args.lengths_from.name}), {args.rounds} rounds (A B C C B A) after {args.warmup} warm-up.",
         f"Machine: {cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, torch {torch.__version__}, "
         f"Python {platform.python_version()}, malloc tuning {'on' if tuned else 'off'}.",
         "",
-        "| architecture | parameters | target tokens/s (median) | ratio to baseline (median) | ratio range |",
+        f"| architecture | parameters | {unit} (median) | ratio to baseline (median) | ratio range |",
         "|---|---|---|---|---|",
     ]
     for arch in archs:
         tps = [t / s for t, s in zip(tokens[arch], seconds[arch])]
         ratios = [(t / s) / (tb / sb) for t, s, tb, sb in zip(tokens[arch], seconds[arch], tokens[baseline], seconds[baseline])]
         lines.append(
-            f"| {arch} | {params[arch] / 1e6:.2f}M | {statistics.median(tps):.0f} | "
+            f"| {arch} | {params[arch] / 1e6:.2f}M | {statistics.median(tps):.{0 if args.mode == 'train' else 2}f} | "
             f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |"
         )
     lines += ["", "Command: python scripts/benchmark.py " + " ".join(sys.argv[1:])]

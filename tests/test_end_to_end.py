@@ -58,8 +58,17 @@ def test_quickstart_rerun_skips_finished_steps(toy_run):
     check_outputs(work, "transformer_csan2d", 30, out)
 
 
-@pytest.mark.parametrize("arch", ["transformer_csan1d", "transformer_csan2d"])
-def test_quickstart_on_multi30k_subset(arch, tmp_path):
+@pytest.mark.parametrize(
+    "arch,flags",
+    [
+        ("transformer_csan1d", ""),
+        ("transformer_csan2d", ""),
+        ("transformer_ctxaware", ""),  # context gating on the encoder side
+        ("transformer_ctxaware", "--ctx-side decoder"),  # incremental decoding in fairseq-generate
+        ("transformer_ctxaware", "--ctx-side both"),
+    ],
+)
+def test_quickstart_on_multi30k_subset(arch, flags, tmp_path):
     source = shared_corpus("multi30k_en_de")
     corpus = tmp_path / "multi30k_subset"
     corpus.mkdir()
@@ -68,8 +77,10 @@ def test_quickstart_on_multi30k_subset(arch, tmp_path):
             lines = (source / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
             (corpus / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
     work = tmp_path / "work"
-    out = run_quickstart(work, CORPUS=str(corpus), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000")
+    out = run_quickstart(work, CORPUS=str(corpus), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000", MODEL_FLAGS=flags)
     check_outputs(work, arch, 25, out)
+    if flags:
+        assert f"ctx_side='{flags.split()[-1]}'" in (work / f"train_{arch}.log").read_text()
     gen = (work / "translations" / arch / "generate.log").read_text()
     assert "Generate test with beam=5" in gen
 

@@ -5,7 +5,7 @@ Vaswani et al., "Attention Is All You Need", NeurIPS 2017, with two changes that
 - Yang et al., "Convolutional Self-Attention Networks", NAACL 2019 (arXiv:1904.03107),
   section 5: a variant (``--encoder-self-attention``) replaces the self-attention of the
   lowest ``--csan-layers`` K encoder layers;
-- Yang et al., "Context-Aware Self-Attention Networks", AAAI 2019 (arXiv:1902.05766):
+- Yang et al., "Context-Aware Self-Attention Networks", AAAI 2019:
   with ``--ctx-type``, every self-attention of the encoder, the decoder or both
   (``--ctx-side``) gates its queries and/or keys (``--ctx-gate``) with context.
 

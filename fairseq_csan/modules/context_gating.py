@@ -1,7 +1,7 @@
 """Context-aware self-attention: queries and keys gated with global and deep context.
 
 Baosong Yang, Jian Li, Derek F. Wong, Lidia S. Chao, Xing Wang and Zhaopeng Tu,
-"Context-Aware Self-Attention Networks", AAAI 2019 (arXiv:1902.05766), eqs. 5-10.
+"Context-Aware Self-Attention Networks", AAAI 2019, eqs. 5-10.
 
 With Q and K the usual projections of the layer input H^l (eq. 1, before the head split
 and the scaling) and C the context of layer l::
@@ -117,8 +117,8 @@ class ContextGating:
         h = self.history
         if not h.active:
             raise RuntimeError(
-                f"{type(self).__name__} (layer {self.layer}) runs inside a context-aware encoder or "
-                "decoder, which records the inputs of the layers below"
+                f"{type(self).__name__} (layer {self.layer}) must run inside a context-aware encoder or "
+                "decoder, which records the inputs of the layers below; it was called on its own"
             )
         if self.keeps_mean:
             h.means[self.layer] = self._mean(x)
@@ -172,7 +172,8 @@ class ContextGating:
 
     def extra_repr(self) -> str:
         gated = "+".join(self.gated) or "none"
-        return f"{super().extra_repr()}, layer={self.layer}, ctx_type={self.ctx_type}, gated={gated}"
+        own = f"layer={self.layer}, ctx_type={self.ctx_type}, gated={gated}"
+        return ", ".join(r for r in (super().extra_repr(), own) if r)
 
 
 _CONTEXT_AWARE = {}
