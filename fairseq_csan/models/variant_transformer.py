@@ -151,7 +151,7 @@ def check_context_args(args):
             "--checkpoint-activations cannot be used with --ctx-type: a layer's context holds the "
             "inputs of the layers below, which recomputation would detach from the graph"
         )
-    if side in ("decoder", "both") and (args.cross_self_attention or args.decoder_layers == 0):
+    if side in ("decoder", "both") and args.cross_self_attention:
         raise ValueError("--ctx-side decoder/both needs the standard decoder self-attention: "
                          "it cannot be combined with --cross-self-attention")
 
