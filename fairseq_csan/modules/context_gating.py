@@ -200,7 +200,7 @@ def record_gates(model):
     """
     records: List[dict] = []
     modules = []
-    for name, module in model.named_modules():
+    for module in model.modules():
         if isinstance(module, ContextGating) and module.gated:
             side = "decoder" if module.history.causal else "encoder"
             module.gate_sink = _SideSink(records, side)
