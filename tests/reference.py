@@ -95,3 +95,174 @@ def ctxaware_reference(modules, inputs, key_padding_mask, causal):
                 y[i, b] = torch.cat(heads)
         outputs.append(module.out_proj(y))
     return outputs
+
+
+# ---- the locality baselines (CSAN paper, Table 1) -----------------------------------------------
+# Each takes (module, x (T, B, d), key_padding_mask (B, T) or None) and returns (T, B, d) with
+# the rows of padding queries left at zero. Sentences are taken out of the padding first, so
+# "position" means the index within the sentence.
+
+
+def _sentences(x, key_padding_mask):
+    T, B, _ = x.shape
+    pad = key_padding_mask if key_padding_mask is not None else torch.zeros(B, T, dtype=torch.bool)
+    return [[t for t in range(T) if not pad[b, t]] for b in range(B)]
+
+
+def _heads(module, x):
+    T, B, d = x.shape
+    H = module.num_heads
+    split = lambda t: t.view(T, B, H, d // H)  # noqa: E731
+    return split(module.q_proj(x)), split(module.k_proj(x)), split(module.v_proj(x))
+
+
+def _softmax_sum(energies, values):
+    alpha = torch.softmax(torch.stack(energies), dim=0)
+    return sum(a * v for a, v in zip(alpha, values))
+
+
+def _masked_heads(module, x, key_padding_mask, allowed):
+    """Multi-head attention where ``allowed(h, i, j)`` (positions within the sentence) says
+    which keys query i of head h sees; returns the heads' outputs before W_O."""
+    T, B, d = x.shape
+    H, dh = module.num_heads, d // module.num_heads
+    q, k, v = _heads(module, x)
+    y = torch.zeros(T, B, H, dh, dtype=x.dtype)
+    for b, slots in enumerate(_sentences(x, key_padding_mask)):
+        for h in range(H):
+            for i, si in enumerate(slots):
+                keys = [(j, sj) for j, sj in enumerate(slots) if allowed(h, i, j)]
+                y[si, b, h] = _softmax_sum([q[si, b, h] @ k[sj, b, h] / math.sqrt(dh) for _, sj in keys],
+                                           [v[sj, b, h] for _, sj in keys])
+    return y.reshape(T, B, d)
+
+
+def standard_reference(module, x, key_padding_mask):
+    """Eqs. 1-3 of the CSAN paper: every head over every real key."""
+    return module.out_proj(_masked_heads(module, x, key_padding_mask, lambda h, i, j: True))
+
+
+def bidirect_reference(module, x, key_padding_mask):
+    """DiSAN's forward mask (keys j <= i) on heads 1..ceil(H/2), backward (j >= i) on the rest,
+    the diagonal kept."""
+    forward = (module.num_heads + 1) // 2
+    allowed = lambda h, i, j: j <= i if h < forward else j >= i  # noqa: E731
+    return module.out_proj(_masked_heads(module, x, key_padding_mask, allowed))
+
+
+def relpos_reference(module, x, key_padding_mask):
+    """Shaw et al. 2018 eqs. 3-6: e_ij = q_i . (k_j + w^K_clip(j-i)) / sqrt(d_h),
+    z_i = sum_j alpha_ij (v_j + w^V_clip(j-i))."""
+    T, B, d = x.shape
+    H, dh, kmax = module.num_heads, d // module.num_heads, module.clip
+    q, k, v = _heads(module, x)
+    y = torch.zeros(T, B, H, dh, dtype=x.dtype)
+    for b, slots in enumerate(_sentences(x, key_padding_mask)):
+        for h in range(H):
+            for i, si in enumerate(slots):
+                r = [max(-kmax, min(kmax, j - i)) + kmax for j in range(len(slots))]
+                y[si, b, h] = _softmax_sum(
+                    [q[si, b, h] @ (k[sj, b, h] + module.rel_keys[r[j]]) / math.sqrt(dh) for j, sj in enumerate(slots)],
+                    [v[sj, b, h] + module.rel_values[r[j]] for j, sj in enumerate(slots)],
+                )
+    return module.out_proj(y.reshape(T, B, d))
+
+
+def gaussian_reference(module, x, key_padding_mask):
+    """Yang et al. 2018 eqs. 3-8: softmax(energy + G), G_ij = -(j - P_i)^2 / (2 (D_i / 2)^2),
+    [P_i; D_i] = I sigmoid(U^T tanh(W_p Q_i)); P_i = i for NEIGHBOR, D_i = D for LOCAL_HARD."""
+    T, B, d = x.shape
+    H, dh = module.num_heads, d // module.num_heads
+    q, k, v = _heads(module, x)
+    y = torch.zeros(T, B, H, dh, dtype=x.dtype)
+    for b, slots in enumerate(_sentences(x, key_padding_mask)):
+        I = len(slots)
+        for i, si in enumerate(slots):
+            Q_i = q[si, b].reshape(d)
+            s = iter(torch.sigmoid(module.scalars.weight @ torch.tanh(module.predictor.weight @ Q_i)) * I)
+            P = next(s) if module.predicts_centre else float(i)
+            D = next(s) if module.predicts_width else module.window
+            G = [-((j - P) ** 2) / (2 * (D / 2) ** 2) for j in range(I)]
+            for h in range(H):
+                y[si, b, h] = _softmax_sum(
+                    [q[si, b, h] @ k[sj, b, h] / math.sqrt(dh) + G[j] for j, sj in enumerate(slots)],
+                    [v[sj, b, h] for sj in slots],
+                )
+    return module.out_proj(y.reshape(T, B, d))
+
+
+def block_reference(module, x, key_padding_mask):
+    """Bi-BloSAN (Shen et al. 2018b) as written in block_attention.py's docstring, block by block."""
+    T, B, d = x.shape
+    r = module.block_size
+    forward = (module.num_heads + 1) // 2
+    same_block = lambda h, i, j: i // r == j // r and (j <= i if h < forward else j >= i)  # noqa: E731
+    h_all = _masked_heads(module, x, key_padding_mask, same_block)  # intra-block SAN, (T, B, d)
+    y = torch.zeros(T, B, d, dtype=x.dtype)
+    for b, slots in enumerate(_sentences(x, key_padding_mask)):
+        blocks = [slots[s:s + r] for s in range(0, len(slots), r)]
+        summaries = []
+        for block in blocks:  # multi-dimensional source2token: one softmax per feature
+            hb = torch.stack([h_all[t, b] for t in block])  # (n_b, d)
+            scores = module.summary_score(torch.nn.functional.elu(module.summary_hidden(hb)))
+            summaries.append((torch.softmax(scores, dim=0) * hb).sum(0))
+        v = torch.stack(summaries)[:, None, :]  # (n, 1, d)
+        o = bidirect_reference(module.inter_block, v, None)[:, 0]  # inter-block SAN
+        v = v[:, 0]
+        g = torch.sigmoid(module.block_gate(torch.cat([o, v], -1)))
+        e = g * o + (1 - g) * v
+        for i, t in enumerate(slots):
+            both = torch.cat([x[t, b], h_all[t, b], e[i // r]])
+            f = torch.sigmoid(module.fusion_gate(both))
+            y[t, b] = f * torch.nn.functional.elu(module.fusion_value(both)) + (1 - f) * x[t, b]
+    return module.out_proj(y)
+
+
+def cnn_reference(module, x, key_padding_mask):
+    """QANet (Yu et al. 2018): x^c = x^{c-1} + relu(conv_c(LN(x^{c-1}))) with zeros beyond the
+    sentence, then self-attention over x^C; returned as SAN(x^C) + x^C - x (the layer adds x)."""
+    T, B, d = x.shape
+    w = module.kernel
+    out = torch.zeros(T, B, d, dtype=x.dtype)
+    for b, slots in enumerate(_sentences(x, key_padding_mask)):
+        h = x[slots, b]  # (I, d)
+        for sub in module.convolutions:
+            z = sub.norm(h)
+            conv = []
+            for i in range(len(slots)):
+                acc = torch.zeros(d, dtype=x.dtype)
+                for o in range(w):
+                    j = i + o - w // 2
+                    if 0 <= j < len(slots):
+                        if module.conv_kind == "separable":
+                            acc = acc + sub.conv[0].weight[:, 0, o] * z[j]  # depthwise
+                        else:
+                            acc = acc + sub.conv.weight[:, :, o] @ z[j]
+                if module.conv_kind == "separable":
+                    acc = sub.conv[1].weight[:, :, 0] @ acc + sub.conv[1].bias
+                else:
+                    acc = acc + sub.conv.bias
+                conv.append(acc)
+            h = h + torch.relu(torch.stack(conv))
+        san = standard_reference(module, h[:, None, :], None)[:, 0]
+        out[slots, b] = san + h - x[slots, b]
+    return out
+
+
+def csan_reference(module, x, key_padding_mask):
+    return csan_attention_reference(module, x, key_padding_mask, module.window, getattr(module, "area_heads", 1))
+
+
+# every registered variant has its reference here (tests fail for a variant without one)
+REFERENCES = {
+    "standard": standard_reference,
+    "csan1d": csan_reference,
+    "csan2d": csan_reference,
+    "bidirect": bidirect_reference,
+    "relpos": relpos_reference,
+    "neighbor": gaussian_reference,
+    "local_hard": gaussian_reference,
+    "local_soft": gaussian_reference,
+    "block": block_reference,
+    "cnn": cnn_reference,
+}

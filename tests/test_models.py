@@ -11,13 +11,19 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules import MultiheadAttention
 
 from conftest import TINY, build_model, make_dictionary
-from fairseq_csan.modules import CrossHeadWindowAttention, LocalWindowAttention
+from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
 
 ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_csan"))
 BASE_ARCHS = [a for a in ARCHS if not a.endswith("_big")]
-CSAN_ARCHS = [a for a in ARCHS if "ctxaware" not in a]  # parameter-free; context gating has its own tests
+VARIANT_ARCHS = [a for a in ARCHS if "ctxaware" not in a]  # one variant in the lowest layers
+CSAN_ARCHS = [a for a in VARIANT_ARCHS if "csan" in a]
+PARAMETER_FREE_ARCHS = CSAN_ARCHS + [a for a in VARIANT_ARCHS if "bidirect" in a]  # others: test_variants.py
 REFERENCE_ARCH = {False: "transformer", True: "transformer_vaswani_wmt_en_de_big"}
-VARIANT_CLASS = {"csan1d": LocalWindowAttention, "csan2d": CrossHeadWindowAttention}
+
+
+def small_window(arch):
+    """CSAN windows shorter than the test sentences; other variants take no such flag."""
+    return ["--csan-window", "3"] if "csan" in arch else []
 
 
 def n_params(model):
@@ -29,19 +35,23 @@ def test_architectures_are_registered():
             "transformer_ctxaware", "transformer_ctxaware_big", "transformer_csan2d_ctxaware"} <= set(ARCHS)
 
 
-@pytest.mark.parametrize("arch", CSAN_ARCHS)
+@pytest.mark.parametrize("arch", VARIANT_ARCHS)
 def test_papers_defaults_and_placement(arch):
+    """The variant named by the architecture, in the lowest 3 of 6 encoder layers (as CSAN)."""
     model, args, _ = build_model(arch, TINY[:-4] + ["--encoder-layers", "6", "--decoder-layers", "1"])
-    assert (args.csan_window, args.csan_layers) == (11, 3)
     variant = args.encoder_self_attention
+    assert arch in (f"transformer_{variant}", f"transformer_{variant}_big")
+    assert args.csan_layers == 3
+    if "csan" in arch:
+        assert args.csan_window == 11
     if variant == "csan2d":
         assert args.csan_heads == 3
     kinds = [type(layer.self_attn) for layer in model.encoder.layers]
-    assert kinds == [VARIANT_CLASS[variant]] * 3 + [MultiheadAttention] * 3
+    assert kinds == [SELF_ATTENTION_VARIANTS[variant]] * 3 + [MultiheadAttention] * 3
     assert all(type(layer.self_attn) is MultiheadAttention for layer in model.decoder.layers)
 
 
-@pytest.mark.parametrize("arch", CSAN_ARCHS)
+@pytest.mark.parametrize("arch", PARAMETER_FREE_ARCHS)
 def test_parameter_count_equals_transformer_at_full_size(arch):
     """Parameter-free: the exact count of the Transformer at the same (real) dimensions."""
     big = arch.endswith("_big")
@@ -56,7 +66,7 @@ def test_parameter_count_equals_transformer_at_full_size(arch):
 @pytest.mark.parametrize("arch", BASE_ARCHS)
 def test_encoder_output_independent_of_padding(arch):
     """fairseq left-pads by default; left or right, real positions see the same outputs."""
-    model, _, task = build_model(arch, TINY + ["--csan-window", "3"])
+    model, _, task = build_model(arch, TINY + small_window(arch))
     model.eval()
     pad = task.source_dictionary.pad()
     torch.manual_seed(1)
@@ -96,7 +106,7 @@ def test_gradients_reach_every_parameter(arch):
         ("transformer_csan2d", ["--csan-heads", "5"], r"--csan-heads must be at most .*--encoder-attention-heads 4"),
         ("transformer_csan2d", ["--csan-layers", "4"], r"--csan-layers must be an integer from 0 to .*--encoder-layers 3"),
         ("transformer_csan1d", ["--csan-layers", "-1"], "--csan-layers must be an integer from 0"),
-        ("transformer_csan1d", ["--csan-heads", "3"], "--csan-heads applies to the 2D variant"),
+        ("transformer_csan1d", ["--csan-heads", "3"], r"--csan-heads applies only to the csan2d variant .* uses 'csan1d'"),
     ],
 )
 def test_bad_settings_fail_at_build(arch, flags, message):
@@ -119,7 +129,7 @@ def test_csan_layers_zero_is_the_transformer():
 def test_checkpoint_round_trip(arch, tmp_path):
     """Saved as fairseq's Trainer.state_dict saves, loaded by fairseq's own loader, which
     calls torch.load with weights_only on torch >= 2.6."""
-    model, args, task = build_model(arch, TINY + ["--csan-window", "5"])
+    model, args, task = build_model(arch, TINY + small_window(arch))
     model.eval()
     path = tmp_path / "checkpoint.pt"
     checkpoint_utils.torch_persistent_save(
@@ -143,7 +153,7 @@ def test_checkpoint_round_trip(arch, tmp_path):
 @pytest.mark.parametrize("arch", BASE_ARCHS)
 def test_whole_model_in_half_precision_is_finite(arch, dtype):
     """Heavy left padding: some padding queries see only padding in their window."""
-    model, _, task = build_model(arch, TINY + ["--csan-window", "3"])
+    model, _, task = build_model(arch, TINY + small_window(arch))
     model = model.to(dtype).train()
     src = torch.randint(4, 50, (3, 12))
     src[1, :9] = task.source_dictionary.pad()

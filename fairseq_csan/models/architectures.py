@@ -1,4 +1,5 @@
-"""Named architectures: Convolutional (NAACL 2019) and Context-Aware (AAAI 2019) Self-Attention Networks.
+"""Named architectures: Convolutional (NAACL 2019) and Context-Aware (AAAI 2019) Self-Attention
+Networks, and the locality baselines of the CSAN paper's Table 1.
 
 Base and big dimensions are those of Vaswani et al. 2017 (fairseq's ``transformer`` and
 ``transformer_vaswani_wmt_en_de_big``); the papers' setting is M = 11 tokens, N = 3 heads,
@@ -15,7 +16,8 @@ from fairseq.models.transformer.transformer_legacy import (
 def _csan_defaults(args, variant):
     args.encoder_self_attention = getattr(args, "encoder_self_attention", variant)
     args.csan_layers = getattr(args, "csan_layers", 3)
-    args.csan_window = getattr(args, "csan_window", 11)
+    if args.encoder_self_attention in ("csan1d", "csan2d"):
+        args.csan_window = getattr(args, "csan_window", 11)
     if args.encoder_self_attention == "csan2d":
         args.csan_heads = getattr(args, "csan_heads", 3)
 
@@ -80,3 +82,42 @@ def transformer_csan2d_ctxaware(args):
 def transformer_csan2d_ctxaware_big(args):
     transformer_csan2d_big(args)
     transformer_ctxaware_big(args)
+
+
+# ---- the locality baselines of the CSAN paper's Table 1 -----------------------------------
+# "re-implemented under the same framework": each replaces the self-attention of the same
+# lowest K = 3 encoder layers as CSAN (--csan-layers). Values are the source papers'.
+
+BASELINES = {
+    "bidirect": {},  # Shen et al. 2018a, DiSAN
+    "relpos": {"relpos_clip": 16},  # Shaw et al. 2018
+    "neighbor": {},  # Sperber et al. 2018
+    "local_hard": {"local_window": 10.0},  # Luong et al. 2015, local-p
+    "local_soft": {},  # Yang et al. 2018
+    "block": {"block_size": 4},  # Shen et al. 2018b, Bi-BloSAN
+    "cnn": {"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"},  # Yu et al. 2018, QANet
+}
+
+
+def _baseline_architectures(variant, defaults):
+    def apply(args):
+        args.encoder_self_attention = getattr(args, "encoder_self_attention", variant)
+        args.csan_layers = getattr(args, "csan_layers", 3)
+        if args.encoder_self_attention == variant:
+            for name, value in defaults.items():
+                setattr(args, name, getattr(args, name, value))
+
+    def base(args):
+        apply(args)
+        base_architecture(args)
+
+    def big(args):
+        apply(args)
+        transformer_vaswani_wmt_en_de_big(args)
+
+    register_model_architecture("transformer_variant", f"transformer_{variant}")(base)
+    register_model_architecture("transformer_variant", f"transformer_{variant}_big")(big)
+
+
+for _variant, _defaults in BASELINES.items():
+    _baseline_architectures(_variant, _defaults)

@@ -23,7 +23,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import SELF_ATTENTION_VARIANTS, SelfAttention, get_self_attention
 from ..modules.context_gating import CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES, ContextHistory, context_aware
-from ..modules.registry import add_self_attention_args
+from ..modules.registry import add_self_attention_args, check_foreign_flags
 
 
 class VariantEncoderLayer(TransformerEncoderLayerBase):
@@ -124,6 +124,7 @@ class ContextTransformerDecoder(TransformerDecoder):
 
 def check_variant_args(args):
     """Fail at model build, naming the flag and what is allowed."""
+    check_foreign_flags(args.encoder_self_attention, args)
     get_self_attention(args.encoder_self_attention).check_args(args)
     check_context_args(args)
     layers = getattr(args, "csan_layers", None)
@@ -146,6 +147,13 @@ def check_context_args(args):
                                  ("--ctx-gate", gate, CONTEXT_GATES)):
         if value not in allowed:
             raise ValueError(f"{flag} must be one of {', '.join(allowed)}; got {value!r}")
+    variant = get_self_attention(args.encoder_self_attention)
+    if side in ("encoder", "both") and args.csan_layers > 0 and not variant.supports_context:
+        raise ValueError(
+            f"--ctx-type on the encoder cannot be combined with the {args.encoder_self_attention!r} "
+            "variant, which changes the layer around its attention; use --ctx-side decoder or "
+            "another variant"
+        )
     if args.checkpoint_activations:
         raise ValueError(
             "--checkpoint-activations cannot be used with --ctx-type: a layer's context holds the "

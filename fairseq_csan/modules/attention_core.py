@@ -14,11 +14,19 @@ the initialisation and the state-dict keys of the standard layer.
 
 A variant refines exactly one of these steps and nothing else:
 
-- :meth:`SelfAttention.structure_mask`: which (query, key) pairs may attend,
-  independent of the batch (local windows, directions);
+- :meth:`SelfAttention.project`: how Q, K and V are made from X (context-aware gating);
 - :meth:`SelfAttention.gather_keys`: which keys and values each head sees
   (2D-CSAN's cross-head area);
-- :meth:`SelfAttention.project`: how Q, K and V are made from X (context-aware gating).
+- :meth:`SelfAttention.structure_mask`: which (query, key) pairs may attend,
+  independent of the batch (local windows, directions, blocks);
+- :meth:`SelfAttention.score_bias`: an additive bias on the energies of eq. 2
+  (Gaussian localness, relative positions on keys);
+- :meth:`SelfAttention.attend`: eq. 2 itself, for a variant that changes what is summed
+  (relative positions on values).
+
+Variants that also change the layer around the attention (convolutions in front of it,
+a second attention over block summaries) extend :meth:`SelfAttention.forward` and call
+this one for the attention itself.
 
 Padding, the causal mask and the key cache of incremental decoding (decoder side), the
 fused softmax kernel (``F.scaled_dot_product_attention``), attention dropout and the
@@ -43,6 +51,8 @@ class SelfAttention(MultiheadAttention):
     :class:`~fairseq.modules.MultiheadAttention` computes as a self-attention, in the
     encoder or (with the causal mask and incremental decoding) in the decoder.
     """
+
+    supports_context = True  # whether context gating (a refined ``project``) may be put over it
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, **kwargs):
         super().__init__(embed_dim, num_heads, dropout=dropout, self_attention=True, **kwargs)
@@ -97,6 +107,20 @@ class SelfAttention(MultiheadAttention):
         """
         return None
 
+    def score_bias(self, q: Tensor, key_padding_mask: Optional[Tensor]) -> Optional[Tensor]:
+        """An additive bias on the energies q_i . k_j / sqrt(d_h), or None.
+
+        ``q`` is (B, H, T, d_h) before scaling; the result broadcasts to (B, H, T, S) and
+        must be finite. Positions that depend on where a sentence starts come from
+        :func:`sentence_positions`, so left and right padding give the same bias.
+        """
+        return None
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float) -> Tensor:
+        """Eq. 2 for every head: (B, H, T, d_h) from queries, keys and values, with
+        ``mask`` (bool, True = may attend, or additive float) broadcastable to (B, H, T, S)."""
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
     # ---- the shared path ----------------------------------------------------------------
     def forward(
         self,
@@ -132,6 +156,11 @@ class SelfAttention(MultiheadAttention):
         if incremental_state is not None and self._restricts_keys():
             raise NotImplementedError(f"{type(self).__name__} is an encoder-side variant: no incremental decoding")
 
+        return self.out_proj(self.attend_heads(query, key_padding_mask, attn_mask, incremental_state)), None
+
+    def attend_heads(self, query: Tensor, key_padding_mask=None, attn_mask=None, incremental_state=None) -> Tensor:
+        """Eqs. 1-2 with every refinement, before the output projection: (T, B, d), the
+        heads' outputs concatenated."""
         T, B, d = query.shape
         H, dh = self.num_heads, self.head_dim
         q, k, v = (t.reshape(-1, B, H, dh).permute(1, 2, 0, 3) for t in self.project(query))  # (B, H, T, d_h)
@@ -139,14 +168,24 @@ class SelfAttention(MultiheadAttention):
             k, v, key_padding_mask = self._extend_cache(incremental_state, k, v, key_padding_mask)
         k, v = self.gather_keys(k, v)  # (B, H, S, d_h)
         mask = self.attention_mask(T, k.size(2), key_padding_mask, attn_mask, query.device)
+        bias = self.score_bias(q, key_padding_mask)
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            if mask is None:
+                mask = bias
+            elif mask.dtype == torch.bool:
+                mask = bias.masked_fill(~mask, float("-inf"))
+            else:
+                mask = mask + bias
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, d_h)
-        out = out.permute(2, 0, 1, 3).reshape(T, B, d)  # (T, B, d)
-        return self.out_proj(out), None
+        out = self.attend(q, k, v, mask, dropout_p)  # (B, H, T, d_h)
+        return out.permute(2, 0, 1, 3).reshape(T, B, d)  # (T, B, d)
+
+    _ENCODER_ONLY_STEPS = ("gather_keys", "structure_mask", "score_bias", "attend", "attend_heads", "forward")
 
     def _restricts_keys(self) -> bool:
-        cls = type(self)
-        return cls.gather_keys is not SelfAttention.gather_keys or cls.structure_mask is not SelfAttention.structure_mask
+        """Whether a step that only the encoder side supports is refined."""
+        return any(getattr(type(self), step) is not getattr(SelfAttention, step) for step in self._ENCODER_ONLY_STEPS)
 
     def _extend_cache(self, incremental_state, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor]):
         """Prepend the cached keys and values of earlier steps and cache the result."""
@@ -192,3 +231,18 @@ class SelfAttention(MultiheadAttention):
         if allowed is None:
             return attn_mask
         return attn_mask.masked_fill(~allowed, float("-inf"))
+
+
+def sentence_positions(key_padding_mask: Optional[Tensor], batch: int, seq_len: int, device):
+    """Each slot's position counted from its sentence's first token, and sentence lengths.
+
+    Returns (positions (B, T) long, lengths (B,) long). Works for left padding (fairseq's
+    default) and right padding alike, since a sentence is one unbroken run of tokens;
+    padding slots get positions outside 0..length-1.
+    """
+    slots = torch.arange(seq_len, device=device)
+    if key_padding_mask is None:
+        return slots.expand(batch, seq_len), torch.full((batch,), seq_len, device=device)
+    real = ~key_padding_mask.to(device=device, dtype=torch.bool)
+    first = real.long().argmax(dim=1)  # (B,) the first real slot
+    return slots[None, :] - first[:, None], real.sum(dim=1)

@@ -72,11 +72,6 @@ class LocalWindowAttention(SelfAttention):
     @classmethod
     def check_args(cls, args):
         _positive_odd(getattr(args, "csan_window", None), "--csan-window", "window")
-        if cls is LocalWindowAttention and getattr(args, "csan_heads", None) not in (None, 1):
-            raise ValueError(
-                f"--csan-heads applies to the 2D variant (transformer_csan2d*); the 1D "
-                f"variant attends within one head, so it allows only 1; got {args.csan_heads}"
-            )
 
     @classmethod
     def options(cls, args) -> dict:

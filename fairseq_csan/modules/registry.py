@@ -34,8 +34,36 @@ def get_self_attention(name: str):
         ) from None
 
 
+def _flag_classes():
+    """Every class that defines flags, among the variants and the classes they extend, once."""
+    seen = []
+    for variant in SELF_ATTENTION_VARIANTS.values():
+        for cls in reversed(variant.__mro__):
+            if "add_args" in vars(cls) and cls not in seen:
+                seen.append(cls)
+    return seen
+
+
 def add_self_attention_args(parser):
-    """Add every registered variant's own flags once (a subclass adds only what it defines)."""
-    for cls in SELF_ATTENTION_VARIANTS.values():
-        if "add_args" in vars(cls):
-            cls.add_args(parser)
+    """Add every variant's own flags once (a class adds only what it defines), noting on
+    each class the flags it added (see :func:`check_foreign_flags`)."""
+    for cls in _flag_classes():
+        before = {id(a) for a in parser._actions}
+        cls.add_args(parser)
+        cls.own_flags = {a.dest: a.option_strings[0] for a in parser._actions if id(a) not in before}
+
+
+def check_foreign_flags(variant: str, args):
+    """A flag that ``variant`` does not read must be unset; otherwise it would be silently ignored."""
+    chosen = get_self_attention(variant)
+    for cls in _flag_classes():
+        if issubclass(chosen, cls):
+            continue
+        for dest, flag in vars(cls).get("own_flags", {}).items():
+            if getattr(args, dest, None) is not None:
+                owners = [name for name, c in SELF_ATTENTION_VARIANTS.items() if issubclass(c, cls)]
+                raise ValueError(
+                    f"{flag} applies only to the {' / '.join(owners)} variant "
+                    f"(--encoder-self-attention, set by transformer_{owners[0]}*); this model "
+                    f"uses {variant!r}, which would ignore it"
+                )

@@ -1,0 +1,107 @@
+"""Convolutions in front of the self-attention: the CNNs baseline of the CSAN paper's Table 1.
+
+Adams Wei Yu, David Dohan, Minh-Thang Luong, Rui Zhao, Kai Chen, Mohammad Norouzi and
+Quoc V. Le, "QANet: Combining Local Convolution with Global Self-Attention for Reading
+Comprehension", ICLR 2018, section 2.2 (the encoder block, its Figure 1): a stack of
+convolution sublayers, each inside a residual block with layer normalisation, feeds the
+self-attention sublayer::
+
+    x^0 = x,   x^c = x^{c-1} + relu(conv_c(layernorm(x^{c-1})))   for c = 1..C
+    the self-attention sublayer then runs on x^C (its residual is around x^C)
+
+with QANet's depthwise separable convolutions (a kernel-w convolution per channel, then a
+d x d pointwise one) of kernel w = 7 and C = 4 (its embedding encoder block). fairseq's
+layer adds the self-attention's output to the layer input x; this module returns
+SAN(x^C) + (x^C - x), so the sum is x^C + SAN(x^C), QANet's residual around the attention.
+The layer's dropout then applies to the convolutions' residual branches too.
+
+Padding slots are zeroed before each convolution, so a sentence sees zeros beyond its
+edges whatever the padding side. ``--cnn-conv full`` uses ordinary d x d x w convolutions
+instead (see the README on the paper's +42.6M).
+"""
+
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.modules import LayerNorm
+from torch import Tensor
+
+from .attention_core import SelfAttention
+from .registry import register_self_attention
+
+CONV_KINDS = ("separable", "full")
+
+
+def _check(layers, kernel, kind):
+    if not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"--cnn-layers must be a positive integer (QANet: 4); got {layers!r}")
+    if not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
+        raise ValueError(f"--cnn-kernel must be a positive odd integer, centred on the token (QANet: 7); got {kernel!r}")
+    if kind not in CONV_KINDS:
+        raise ValueError(f"--cnn-conv must be one of {', '.join(CONV_KINDS)}; got {kind!r}")
+
+
+class ConvSublayer(nn.Module):
+    """x + relu(conv(layernorm(x))), on (B, d, T) with padding slots zeroed first."""
+
+    def __init__(self, dim: int, kernel: int, kind: str):
+        super().__init__()
+        self.norm = LayerNorm(dim)
+        if kind == "separable":
+            self.conv = nn.Sequential(
+                nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim, bias=False),  # depthwise
+                nn.Conv1d(dim, dim, 1),  # pointwise
+            )
+        else:
+            self.conv = nn.Conv1d(dim, dim, kernel, padding=kernel // 2)
+
+    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+        """x: (T, B, d); keep: (T, B, 1), 0 at padding."""
+        y = self.norm(x) * keep
+        y = self.conv(y.permute(1, 2, 0)).permute(2, 0, 1)  # (T, B, d)
+        return x + F.relu(y)
+
+
+@register_self_attention("cnn")
+class ConvolutionFrontAttention(SelfAttention):
+    """C convolution sublayers (QANet) in front of standard self-attention."""
+
+    supports_context = False
+
+    def __init__(self, embed_dim: int, num_heads: int, conv_layers: int = 4, kernel: int = 7,
+                 conv: str = "separable", **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
+        _check(conv_layers, kernel, conv)
+        self.kernel, self.conv_kind = kernel, conv
+        self.convolutions = nn.ModuleList(ConvSublayer(embed_dim, kernel, conv) for _ in range(conv_layers))
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--cnn-layers", type=int, metavar="C",
+                            help="CNNs: convolution sublayers in front of the self-attention (QANet: 4)")
+        parser.add_argument("--cnn-kernel", type=int, metavar="W",
+                            help="CNNs: convolution kernel width, odd (QANet: 7)")
+        parser.add_argument("--cnn-conv", metavar="KIND",
+                            help=f"CNNs: {' or '.join(CONV_KINDS)} convolutions (QANet: separable)")
+
+    @classmethod
+    def check_args(cls, args):
+        _check(*(getattr(args, f, None) for f in ("cnn_layers", "cnn_kernel", "cnn_conv")))
+
+    @classmethod
+    def options(cls, args) -> dict:
+        return {"conv_layers": args.cnn_layers, "kernel": args.cnn_kernel, "conv": args.cnn_conv}
+
+    def forward(self, query: Tensor, key=None, value=None, key_padding_mask=None, incremental_state=None, **kwargs):
+        if (key is not None and key is not query) or (value is not None and value is not query):
+            raise ValueError(f"{type(self).__name__} is a self-attention: key and value must be the query")
+        if incremental_state is not None:
+            raise NotImplementedError(f"{type(self).__name__} is an encoder-side variant: no incremental decoding")
+        keep = 1.0 if key_padding_mask is None else (~key_padding_mask.bool()).t()[:, :, None].to(query.dtype)
+        x = query
+        for sublayer in self.convolutions:
+            x = sublayer(x, keep)
+        out, _ = super().forward(x, key_padding_mask=key_padding_mask, **kwargs)
+        return out + (x - query), None
+
+    def extra_repr(self) -> str:
+        return f"heads={self.num_heads}, conv_layers={len(self.convolutions)}, kernel={self.kernel}, conv={self.conv_kind}"
