@@ -113,7 +113,7 @@ fi
 CKPT=$WORK/checkpoints/$ARCH
 if [ "$FORCE" = 1 ]; then rm -rf "$CKPT"; fi
 say "4/6 fairseq-train --arch $ARCH for $MAX_UPDATE updates (resumes from $CKPT if it holds a checkpoint)"
-# a small model: DIM wide, 4 heads, 3+3 layers; 2D-CSAN (M=11, N=3) in the lower 2 encoder layers
+# a small model: DIM wide, 4 heads, 3+3 layers; the architecture's variant (2D-CSAN by default) in the lower 2 encoder layers
 # shellcheck disable=SC2086
 fairseq-train "$BIN" --user-dir "$ROOT/fairseq_csan" --arch "$ARCH" --cpu \
   --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM" \

@@ -23,8 +23,12 @@ Batches: sentence pairs whose lengths are the word counts of real newstest2014 E
 (from ../shared/data/wmt14_en_de, or --lengths-from), sorted by length and cut into batches
 of at most --max-tokens tokens, as fairseq batches them; token ids are random.
 
+--table1 times every architecture of the CSAN paper's Table 1 in one run: the seven locality
+baselines, 1D-CSAN and 2D-CSAN, each against the Transformer.
+
 usage: python scripts/benchmark.py [--mode train|decode] [--size base|big] [--rounds 5]
-                                   [--max-tokens 4096] [--batch-size 64] [--archs ARCH ...] [--out FILE]
+                                   [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1]
+                                   [--out FILE]
 """
 
 import argparse
@@ -48,6 +52,8 @@ from fairseq.tasks.translation import TranslationTask
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LENGTHS = REPO.parent / "shared" / "data" / "wmt14_en_de" / "newstest2014"
 BASELINE = {"base": "transformer", "big": "transformer_vaswani_wmt_en_de_big"}
+TABLE1 = ["transformer_bidirect", "transformer_relpos", "transformer_neighbor", "transformer_local_hard",
+          "transformer_local_soft", "transformer_block", "transformer_cnn", "transformer_csan1d", "transformer_csan2d"]
 MALLOC_TUNING = {
     "MALLOC_MMAP_THRESHOLD_": str(4 << 30),
     "MALLOC_TRIM_THRESHOLD_": str(64 << 30),
@@ -149,6 +155,8 @@ def decode_step(model, batch, dictionary, beam):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
+    parser.add_argument("--table1", action="store_true",
+                        help="instead of --archs: the CSAN paper's Table 1 (seven baselines, csan1d, csan2d)")
     parser.add_argument("--mode", choices=["train", "decode"], default="train")
     parser.add_argument("--size", choices=["base", "big"], default="base")
     parser.add_argument("--max-tokens", type=int, default=4096, help="training batch size in tokens")
@@ -176,7 +184,8 @@ def main():
     for i in range(args.vocab - len(dictionary)):
         dictionary.add_symbol(f"w{i}")
     baseline = BASELINE[args.size]
-    archs = [baseline] + [a if args.size == "base" or a.endswith("_big") else a + "_big" for a in args.archs]
+    chosen = TABLE1 if args.table1 else args.archs
+    archs = [baseline] + [a if args.size == "base" or a.endswith("_big") else a + "_big" for a in chosen]
     pairs = length_pairs(args.lengths_from, args.max_len)
     n_batches = args.warmup + args.rounds
     if args.mode == "train":

@@ -151,8 +151,8 @@ def bidirect_reference(module, x, key_padding_mask):
 
 
 def relpos_reference(module, x, key_padding_mask):
-    """Shaw et al. 2018 eqs. 3-6: e_ij = q_i . (k_j + w^K_clip(j-i)) / sqrt(d_h),
-    z_i = sum_j alpha_ij (v_j + w^V_clip(j-i))."""
+    """Shaw et al. 2018 eqs. 3-4 and section 3.2: e_ij = q_i . (k_j + w^K_clip(j-i)) / sqrt(d_h),
+    z_i = sum_j alpha_ij (v_j + w^V_clip(j-i)), with head h's table (or the shared one)."""
     T, B, d = x.shape
     H, dh, kmax = module.num_heads, d // module.num_heads, module.clip
     q, k, v = _heads(module, x)
@@ -161,15 +161,17 @@ def relpos_reference(module, x, key_padding_mask):
         for h in range(H):
             for i, si in enumerate(slots):
                 r = [max(-kmax, min(kmax, j - i)) + kmax for j in range(len(slots))]
+                table = h if module.tables == "per-head" else 0
+                w_k, w_v = module.rel_keys[table], module.rel_values[table]
                 y[si, b, h] = _softmax_sum(
-                    [q[si, b, h] @ (k[sj, b, h] + module.rel_keys[r[j]]) / math.sqrt(dh) for j, sj in enumerate(slots)],
-                    [v[sj, b, h] + module.rel_values[r[j]] for j, sj in enumerate(slots)],
+                    [q[si, b, h] @ (k[sj, b, h] + w_k[r[j]]) / math.sqrt(dh) for j, sj in enumerate(slots)],
+                    [v[sj, b, h] + w_v[r[j]] for j, sj in enumerate(slots)],
                 )
     return module.out_proj(y.reshape(T, B, d))
 
 
 def gaussian_reference(module, x, key_padding_mask):
-    """Yang et al. 2018 eqs. 3-8: softmax(energy + G), G_ij = -(j - P_i)^2 / (2 (D_i / 2)^2),
+    """Yang et al. 2018, section 3: softmax(energy + G), G_ij = -(j - P_i)^2 / (2 (D_i / 2)^2),
     [P_i; D_i] = I sigmoid(U^T tanh(W_p Q_i)); P_i = i for NEIGHBOR, D_i = D for LOCAL_HARD."""
     T, B, d = x.shape
     H, dh = module.num_heads, d // module.num_heads

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, shared_corpus
+from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
 
 pytestmark = pytest.mark.slow
 
@@ -58,29 +59,45 @@ def test_quickstart_rerun_skips_finished_steps(toy_run):
     check_outputs(work, "transformer_csan2d", 30, out)
 
 
-@pytest.mark.parametrize(
-    "arch,flags",
-    [
-        ("transformer_csan1d", ""),
-        ("transformer_csan2d", ""),
-        ("transformer_ctxaware", ""),  # context gating on the encoder side
-        ("transformer_ctxaware", "--ctx-side decoder"),  # incremental decoding in fairseq-generate
-        ("transformer_ctxaware", "--ctx-side both"),
-    ],
-)
-def test_quickstart_on_multi30k_subset(arch, flags, tmp_path):
+@pytest.fixture(scope="module")
+def multi30k_subset(tmp_path_factory):
     source = shared_corpus("multi30k_en_de")
-    corpus = tmp_path / "multi30k_subset"
-    corpus.mkdir()
+    corpus = tmp_path_factory.mktemp("multi30k_subset")
     for split, n in (("train", 2000), ("val", 50), ("test_2016_flickr", 25)):
         for lang in ("en", "de"):
             lines = (source / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
             (corpus / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return corpus
+
+
+@pytest.fixture(scope="module")
+def variants_work(tmp_path_factory):
+    """One work folder for every variant: BPE and binarisation run once, then are skipped."""
+    return tmp_path_factory.mktemp("variants")
+
+
+@pytest.mark.parametrize("variant", sorted(set(SELF_ATTENTION_VARIANTS) - {"standard"}))
+def test_every_variant_trains_and_translates_multi30k(variant, multi30k_subset, variants_work):
+    """fairseq-train then fairseq-generate through --user-dir, for every registered variant."""
+    arch = f"transformer_{variant}"
+    out = run_quickstart(variants_work, CORPUS=str(multi30k_subset), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000")
+    check_outputs(variants_work, arch, 25, out)
+    log = (variants_work / f"train_{arch}.log").read_text()
+    assert f"encoder_self_attention='{variant}'" in log and "csan_layers=2" in log  # the quick start's setting
+    gen = (variants_work / "translations" / arch / "generate.log").read_text()
+    assert "Generate test with beam=5" in gen
+
+
+@pytest.mark.parametrize("flags", ["", "--ctx-side decoder", "--ctx-side both"])
+def test_context_aware_trains_and_translates_multi30k(flags, multi30k_subset, tmp_path):
+    """Encoder side, decoder side (incremental decoding in fairseq-generate) and both."""
+    arch = "transformer_ctxaware"
     work = tmp_path / "work"
-    out = run_quickstart(work, CORPUS=str(corpus), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000", MODEL_FLAGS=flags)
+    out = run_quickstart(work, CORPUS=str(multi30k_subset), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000",
+                         MODEL_FLAGS=flags)
     check_outputs(work, arch, 25, out)
-    if flags:
-        assert f"ctx_side='{flags.split()[-1]}'" in (work / f"train_{arch}.log").read_text()
+    side = flags.split()[-1] if flags else "encoder"
+    assert f"ctx_side='{side}'" in (work / f"train_{arch}.log").read_text()
     gen = (work / "translations" / arch / "generate.log").read_text()
     assert "Generate test with beam=5" in gen
 

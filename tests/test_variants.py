@@ -22,6 +22,7 @@ OPTIONS = {
     "cnn": dict(conv_layers=2, kernel=3),
 }
 CASES = [(name, OPTIONS.get(name, {})) for name in sorted(SELF_ATTENTION_VARIANTS)] + [
+    ("relpos", dict(clip=2, tables="shared")),
     ("neighbor", dict(hidden=16)),
     ("block", dict(block_size=1)),
     ("block", dict(block_size=20)),  # one block longer than the sentence
@@ -135,7 +136,7 @@ def _closed_form_increase(name, d=512, heads=8, layers=3):
     """New parameters over the Transformer, from each module's equations (README table)."""
     per_layer = {
         "bidirect": 0,
-        "relpos": 2 * (2 * 16 + 1) * (d // heads),  # w^K, w^V for distances -16..16, shared by the heads
+        "relpos": 2 * (2 * 16 + 1) * d,  # w^K, w^V for distances -16..16, d_h wide, one per head
         "neighbor": d * d + d,  # W_p, U_d
         "local_hard": d * d + d,  # W_p, U_p
         "local_soft": d * d + 2 * d,  # W_p, U_p, U_d
@@ -155,6 +156,13 @@ def test_parameter_increase_at_base_dimensions(name):
     assert increase == _closed_form_increase(name)
 
 
+def test_relpos_takes_shaws_settings_at_each_size():
+    _, base, _ = build_model("transformer_relpos", TINY)
+    _, big, _ = build_model("transformer_relpos_big", TINY)
+    assert (base.relpos_clip, base.relpos_tables) == (16, "per-head")
+    assert (big.relpos_clip, big.relpos_tables) == (8, "shared")
+
+
 def test_big_twins_are_registered():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
@@ -166,6 +174,7 @@ def test_big_twins_are_registered():
     "arch,flags,message",
     [
         ("transformer_relpos", ["--relpos-clip", "0"], r"--relpos-clip must be a positive integer"),
+        ("transformer_relpos", ["--relpos-tables", "per-layer"], r"--relpos-tables must be one of per-head, shared; got 'per-layer'"),
         ("transformer_local_hard", ["--local-window", "0"], r"--local-window must be a positive number"),
         ("transformer_local_hard", ["--local-window", "-2.5"], r"--local-window must be a positive number"),
         ("transformer_local_soft", ["--locality-hidden", "0"], r"--locality-hidden must be a positive integer"),

@@ -86,21 +86,23 @@ def transformer_csan2d_ctxaware_big(args):
 
 # ---- the locality baselines of the CSAN paper's Table 1 -----------------------------------
 # "re-implemented under the same framework": each replaces the self-attention of the same
-# lowest K = 3 encoder layers as CSAN (--csan-layers). Values are the source papers'.
+# lowest K = 3 encoder layers as CSAN (--csan-layers). Values are the source papers'; the
+# big twins differ only where a source paper gives a big setting.
 
-BASELINES = {
-    "bidirect": {},  # Shen et al. 2018a, DiSAN
-    "relpos": {"relpos_clip": 16},  # Shaw et al. 2018
-    "neighbor": {},  # Sperber et al. 2018
-    "local_hard": {"local_window": 10.0},  # Luong et al. 2015, local-p
-    "local_soft": {},  # Yang et al. 2018
-    "block": {"block_size": 4},  # Shen et al. 2018b, Bi-BloSAN
-    "cnn": {"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"},  # Yu et al. 2018, QANet
+BASELINES = {  # variant: (base defaults, big defaults)
+    "bidirect": ({}, {}),  # Shen et al. 2018a, DiSAN
+    "relpos": ({"relpos_clip": 16, "relpos_tables": "per-head"},  # Shaw et al. 2018, section 4.1
+               {"relpos_clip": 8, "relpos_tables": "shared"}),
+    "neighbor": ({}, {}),  # Sperber et al. 2018
+    "local_hard": ({"local_window": 10.0}, {"local_window": 10.0}),  # Luong et al. 2015, local-p
+    "local_soft": ({}, {}),  # Yang et al. 2018
+    "block": ({"block_size": 4}, {"block_size": 4}),  # Shen et al. 2018b, Bi-BloSAN
+    "cnn": ({"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"},) * 2,  # Yu et al. 2018, QANet
 }
 
 
-def _baseline_architectures(variant, defaults):
-    def apply(args):
+def _baseline_architectures(variant, base_defaults, big_defaults):
+    def apply(args, defaults):
         args.encoder_self_attention = getattr(args, "encoder_self_attention", variant)
         args.csan_layers = getattr(args, "csan_layers", 3)
         if args.encoder_self_attention == variant:
@@ -108,16 +110,16 @@ def _baseline_architectures(variant, defaults):
                 setattr(args, name, getattr(args, name, value))
 
     def base(args):
-        apply(args)
+        apply(args, base_defaults)
         base_architecture(args)
 
     def big(args):
-        apply(args)
+        apply(args, big_defaults)
         transformer_vaswani_wmt_en_de_big(args)
 
     register_model_architecture("transformer_variant", f"transformer_{variant}")(base)
     register_model_architecture("transformer_variant", f"transformer_{variant}_big")(big)
 
 
-for _variant, _defaults in BASELINES.items():
-    _baseline_architectures(_variant, _defaults)
+for _variant, (_base, _big) in BASELINES.items():
+    _baseline_architectures(_variant, _base, _big)

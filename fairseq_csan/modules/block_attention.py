@@ -2,7 +2,9 @@
 
 Tao Shen, Tianyi Zhou, Guodong Long, Jing Jiang and Chengqi Zhang, "Bi-Directional Block
 Self-Attention for Fast and Memory-Efficient Sequence Modeling" (Bi-BloSAN), ICLR 2018,
-section 4 (masked block self-attention), in the multi-head framework of the Transformer.
+section 3.1 (masked block self-attention: intra-block SAN, block summaries, inter-block SAN,
+gate and context fusion; cited by section because we could not check its equation numbers),
+in the multi-head framework of the Transformer.
 With x_i the layer's input, the sentence cut into blocks of r tokens from its first token,
 and b(i) the block of token i:
 

@@ -2,15 +2,16 @@
 
 Tao Shen, Tianyi Zhou, Guodong Long, Jing Jiang, Shirui Pan and Chengqi Zhang, "DiSAN:
 Directional Self-Attention Network for RNN/CNN-Free Language Understanding", AAAI 2018,
-section 4.1 (the positional masks of its eq. 18 and their use in eq. 19)::
+section "Directional Self-Attention" (its sections are unnumbered): the positional masks
+added to the energies f(h_i, h_j) of token j attending to token i::
 
     M^fw_ij = 0 if i < j else -inf        M^bw_ij = 0 if i > j else -inf
 
-where j is the attending token and i a token it attends to: the forward mask sees the
-past, the backward mask the future. DiSAN runs one forward and one backward block and
-concatenates them; inside multi-head attention (as the CSAN paper re-implements it,
-Yang et al., NAACL 2019, Table 1) the first ceil(H/2) heads take the forward mask and the
-rest the backward mask, so the layer's output still concatenates both directions.
+so the forward mask sees the past and the backward mask the future. DiSAN runs one forward
+and one backward block and concatenates them; inside multi-head attention (as the CSAN paper
+re-implements it, Yang et al., NAACL 2019, Table 1) the first ceil(H/2) heads take the
+forward mask and the rest the backward mask, so the layer's output still concatenates both
+directions.
 
 Choice where the paper is silent (see the README): each token also attends to itself.
 DiSAN's strict masks leave the first token's forward row and the last token's backward

@@ -3,18 +3,22 @@ CSAN paper's Table 1 (Yang et al., NAACL 2019).
 
 All three add a Gaussian bias G to the energies before the softmax, in the form of
 Baosong Yang, Zhaopeng Tu, Derek F. Wong, Fandong Meng, Lidia S. Chao and Tong Zhang,
-"Modeling Localness for Self-Attention Networks", EMNLP 2018, eqs. 3-8::
+"Modeling Localness for Self-Attention Networks", EMNLP 2018, section 3 (the Gaussian bias,
+central position prediction and the query-specific window; cited by section because we
+could not check its equation numbers against the paper's text)::
 
-    ATT(Q, K) = softmax(energy + G)                                           (3)
-    G_ij      = -(j - P_i)^2 / (2 sigma_i^2),   sigma_i = D_i / 2              (4)
-    [p_i; z_i] = [U_p^T; U_d^T] tanh(W_p Q_i)                                 (5, 7)
-    [P_i; D_i] = I * sigmoid([p_i; z_i])                                      (6, 8)
+    ATT(Q, K) = softmax(energy + G)
+    G_ij      = -(j - P_i)^2 / (2 sigma_i^2),   sigma_i = D_i / 2
+    [p_i; z_i] = [U_p^T; U_d^T] tanh(W_p Q_i)
+    [P_i; D_i] = I * sigmoid([p_i; z_i])
 
 with Q_i the query of token i (all heads, before the split), W_p in R^{d x d}, U_p and
 U_d in R^d, and I the sentence length (``--locality-hidden`` N makes W_p N x d). They differ in what is predicted:
 
-- ``neighbor`` (Sperber et al., "Self-Attentional Acoustic Models", Interspeech 2018):
-  the centre is the token itself, P_i = i, and only the width D_i is predicted;
+- ``neighbor`` (Sperber et al., "Self-Attentional Acoustic Models", Interspeech 2018,
+  whose Gaussian mask -(i - j)^2 / (2 sigma^2) is centred on the token): P_i = i, and the
+  width D_i is predicted as the CSAN paper describes it (Sperber et al. learn one sigma per
+  head instead; see the README);
 - ``local_hard`` (Luong et al., "Effective Approaches to Attention-based Neural Machine
   Translation", EMNLP 2015, local-p, eqs. 9-10): the centre P_i is predicted, the width
   is a fixed D (``--local-window``, Luong's D = 10, so sigma = 5);

@@ -1,19 +1,22 @@
 """Relative position representations: the REL_POS baseline of the CSAN paper's Table 1.
 
 Peter Shaw, Jakob Uszkoreit and Ashish Vaswani, "Self-Attention with Relative Position
-Representations", NAACL 2018, eqs. 3-4 (how they enter the attention) and 5-6 (clipping)::
+Representations", NAACL 2018: eqs. 3-4 (section 3.1) and the clipping of section 3.2::
 
-    e_ij = q_i . (k_j + a^K_ij) / sqrt(d_h)                                   (4)
     z_i  = sum_j alpha_ij (v_j + a^V_ij),  alpha_ij = softmax_j(e_ij)          (3)
+    e_ij = q_i . (k_j + a^K_ij) / sqrt(d_h)                                   (4)
     a^K_ij = w^K_clip(j - i, k),  a^V_ij = w^V_clip(j - i, k),
-    clip(x, k) = max(-k, min(k, x))                                           (5, 6)
+    clip(x, k) = max(-k, min(k, x))                                           (section 3.2)
 
-with 2k + 1 learned vectors w^K and w^V of size d_h per layer, shared by the heads (as the
-paper's section 3.3 does). The key term is an additive bias on the energies,
-q_i . w^K_r gathered from the (T, 2k + 1) products; the value term sums each row's
-attention weights per clipped distance (a scatter-add) and multiplies by w^V. Both are
-batched tensor operations, no loop over positions. The value term needs the attention
-weights, so this variant computes the softmax itself instead of calling the fused kernel.
+with 2k + 1 learned vectors w^K and w^V of size d_h in each layer. Section 4.1: the base
+model uses k = 16 with separate representations per layer and head, the big model k = 8
+with one set per layer, shared by the heads (``--relpos-tables per-head | shared``).
+
+The key term is an additive bias on the energies, q_i . w^K_r gathered from the (T, 2k + 1)
+products (section 3.3's split); the value term sums each row's attention weights per clipped
+distance (a scatter-add) and multiplies by w^V. Both are batched tensor operations, no loop
+over positions or heads. The value term needs the attention weights, so this variant computes
+the softmax itself instead of calling the fused kernel.
 """
 
 import math
@@ -26,39 +29,50 @@ from torch import Tensor
 from .attention_core import SelfAttention
 from .registry import register_self_attention
 
+TABLES = ("per-head", "shared")
 
-def _check_clip(clip):
+
+def _check(clip, tables):
     if not isinstance(clip, int) or clip < 1:
-        raise ValueError(f"--relpos-clip must be a positive integer (Shaw et al.: 16); got {clip!r}")
+        raise ValueError(f"--relpos-clip must be a positive integer (Shaw et al.: 16 base, 8 big); got {clip!r}")
+    if tables not in TABLES:
+        raise ValueError(f"--relpos-tables must be one of {', '.join(TABLES)}; got {tables!r}")
 
 
 @register_self_attention("relpos")
 class RelativePositionAttention(SelfAttention):
     """Self-attention with clipped relative position representations on keys and values."""
 
-    def __init__(self, embed_dim: int, num_heads: int, clip: int = 16, **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, clip: int = 16, tables: str = "per-head", **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        _check_clip(clip)
-        self.clip = clip
-        self.rel_keys = nn.Parameter(torch.empty(2 * clip + 1, self.head_dim))  # w^K_{-k..k}
-        self.rel_values = nn.Parameter(torch.empty(2 * clip + 1, self.head_dim))  # w^V_{-k..k}
-        nn.init.xavier_uniform_(self.rel_keys)
-        nn.init.xavier_uniform_(self.rel_values)
+        _check(clip, tables)
+        self.clip, self.tables = clip, tables
+        n_tables = num_heads if tables == "per-head" else 1
+        self.rel_keys = nn.Parameter(torch.empty(n_tables, 2 * clip + 1, self.head_dim))  # w^K_{-k..k}
+        self.rel_values = nn.Parameter(torch.empty(n_tables, 2 * clip + 1, self.head_dim))  # w^V_{-k..k}
+        for table in (self.rel_keys, self.rel_values):
+            for head in table:
+                nn.init.xavier_uniform_(head)
 
     @staticmethod
     def add_args(parser):
         parser.add_argument(
             "--relpos-clip", type=int, metavar="K",
-            help="REL_POS: relative distances are clipped to [-K, K] (Shaw et al. 2018: 16)",
+            help="REL_POS: relative distances are clipped to [-K, K] (Shaw et al.: 16 base, 8 big)",
+        )
+        parser.add_argument(
+            "--relpos-tables", metavar="KIND",
+            help="REL_POS: one table per head or one shared by the heads, per layer "
+                 "(Shaw et al.: per-head base, shared big)",
         )
 
     @classmethod
     def check_args(cls, args):
-        _check_clip(getattr(args, "relpos_clip", None))
+        _check(getattr(args, "relpos_clip", None), getattr(args, "relpos_tables", None))
 
     @classmethod
     def options(cls, args) -> dict:
-        return {"clip": args.relpos_clip}
+        return {"clip": args.relpos_clip, "tables": args.relpos_tables}
 
     def _distance_index(self, seq_len: int, device) -> Tensor:
         """(T, T): clip(j - i, k) + k, the row of w^K / w^V for query i and key j."""
@@ -68,7 +82,7 @@ class RelativePositionAttention(SelfAttention):
     def score_bias(self, q: Tensor, key_padding_mask) -> Tensor:
         """Eq. 4's second term, q_i . a^K_ij / sqrt(d_h): (B, H, T, T)."""
         B, H, T, dh = q.shape
-        by_distance = q @ self.rel_keys.to(q.dtype).t() / math.sqrt(dh)  # (B, H, T, 2k+1)
+        by_distance = q @ self.rel_keys.to(q.dtype).transpose(1, 2) / math.sqrt(dh)  # (B, H, T, 2k+1)
         index = self._distance_index(T, q.device).expand(B, H, T, T)
         return by_distance.gather(-1, index)
 
@@ -87,4 +101,4 @@ class RelativePositionAttention(SelfAttention):
         return alpha @ v + by_distance @ self.rel_values.to(q.dtype)
 
     def extra_repr(self) -> str:
-        return f"heads={self.num_heads}, clip={self.clip}"
+        return f"heads={self.num_heads}, clip={self.clip}, tables={self.tables}"
