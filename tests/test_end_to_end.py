@@ -138,17 +138,24 @@ def test_interactive_and_hub_interface_agree(toy_run):
     assert hub.translate(sentences, beam=5) == interactive
 
 
-def test_benchmark_script_runs(tmp_path):
+@pytest.mark.parametrize("selection,archs", [
+    ([], ["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"]),
+    (["--table1"], ["transformer_bidirect", "transformer_relpos", "transformer_neighbor", "transformer_local_hard",
+                    "transformer_local_soft", "transformer_block", "transformer_cnn", "transformer_csan1d",
+                    "transformer_csan2d"]),
+])
+def test_benchmark_script_runs(selection, archs, tmp_path):
     """The benchmark is no test of speed; this only keeps the script working."""
     shared_corpus("wmt14_en_de")
     out = tmp_path / "bench.md"
     done = subprocess.run(
         ["python", str(REPO / "scripts" / "benchmark.py"), "--max-tokens", "300", "--rounds", "1",
-         "--warmup", "0", "--vocab", "200", "--out", str(out)],
+         "--warmup", "0", "--vocab", "200", "--out", str(out), *selection],
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     table = out.read_text()
-    for arch in ("transformer", "transformer_csan1d", "transformer_csan2d"):
+    for arch in ["transformer"] + archs:
         assert re.search(rf"^\| {arch} \| \d+\.\d\dM \| \d+ \| \d\.\d{{3}} \|", table, re.M), table
     assert re.search(r"^\| transformer \| .* \| 1\.000 \|", table, re.M)
+    assert len(re.findall(r"^\| transformer", table, re.M)) == 1 + len(archs)

@@ -24,9 +24,10 @@ A variant refines exactly one of these steps and nothing else:
 - :meth:`SelfAttention.attend`: eq. 2 itself, for a variant that changes what is summed
   (relative positions on values).
 
-Variants that also change the layer around the attention (convolutions in front of it,
-a second attention over block summaries) extend :meth:`SelfAttention.forward` and call
-this one for the attention itself.
+Variants that also change the layer around the attention extend
+:meth:`SelfAttention.attend_heads` (a second attention over block summaries, before the
+output projection) or :meth:`SelfAttention.forward` (convolutions in front of the
+attention), and call the core for the attention itself.
 
 Padding, the causal mask and the key cache of incremental decoding (decoder side), the
 fused softmax kernel (``F.scaled_dot_product_attention``), attention dropout and the
