@@ -111,13 +111,22 @@ def test_half_precision_close_to_float32(name, options, dtype):
 
 @pytest.mark.parametrize("name", ["neighbor", "local_hard", "local_soft"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_gaussian_bias_stays_finite_for_extreme_predictions(name, dtype, monkeypatch):
-    """Widths of 0 or nearly 0 and centres far outside the sentence: no inf or NaN anywhere."""
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_gaussian_bias_stays_finite_for_extreme_predictions(name, dtype, side, monkeypatch):
+    """Widths of 0 or nearly 0 and centres on the token, at the sentence's edge or far outside
+    it: the bias itself is finite in the model's precision and <= 0 (so no kernel can turn it
+    into inf or NaN), and so are the outputs."""
     module = make(name, OPTIONS.get(name, {}), dtype=dtype)
-    x, pad = padded([9, 2], 9, "left", dtype=dtype)
-    for centre, width in ((0.0, 0.0), (4.0, 1e-30), (-1e6, 1e-3), (1e6, 1e6)):
-        monkeypatch.setattr(module, "centre_and_width", lambda q, positions, lengths: (
-            torch.full(positions.shape, centre), torch.full(positions.shape, width)))
+    x, pad = padded([9, 2], 9, side, dtype=dtype)
+    q = module.q_proj(x).view(9, 2, H, D // H).permute(1, 2, 0, 3)
+    cases = [(0.0, 0.0), (4.0, 1e-30), (-1e6, 1e-3), (1e6, 1e6), ("own", 1e-3), ("own", 0.0), (1.999, 1e-3)]
+    for centre, width in cases:
+        def fake(q, positions, lengths, centre=centre, width=width):
+            c = positions.float() if centre == "own" else torch.full(positions.shape, centre)
+            return c, torch.full(positions.shape, width)
+        monkeypatch.setattr(module, "centre_and_width", fake)
+        bias = module.score_bias(q, pad).to(dtype)
+        assert torch.isfinite(bias).all() and (bias <= 0).all(), (centre, width)
         out, _ = module(x, x, x, key_padding_mask=pad)
         assert torch.isfinite(out).all(), (centre, width)
 
@@ -161,6 +170,18 @@ def test_relpos_takes_shaws_settings_at_each_size():
     _, big, _ = build_model("transformer_relpos_big", TINY)
     assert (base.relpos_clip, base.relpos_tables) == (16, "per-head")
     assert (big.relpos_clip, big.relpos_tables) == (8, "shared")
+
+
+@pytest.mark.parametrize("variant", ["relpos", "local_hard", "block", "cnn", "csan2d"])
+def test_a_variant_chosen_by_flag_gets_its_defaults(variant):
+    """--encoder-self-attention on another architecture: the variant's own settings, in the
+    lowest 3 layers, as with its named architecture."""
+    _, named, _ = build_model(f"transformer_{variant}", TINY)
+    model, args, _ = build_model("transformer_ctxaware", TINY + ["--encoder-self-attention", variant, "--ctx-side", "decoder"])
+    for flag in ("csan_layers", "csan_window", "csan_heads", "relpos_clip", "relpos_tables", "local_window",
+                 "block_size", "cnn_layers", "cnn_kernel", "cnn_conv"):
+        assert getattr(args, flag, None) == getattr(named, flag, None), flag
+    assert type(model.encoder.layers[2].self_attn) is SELF_ATTENTION_VARIANTS[variant]
 
 
 def test_big_twins_are_registered():

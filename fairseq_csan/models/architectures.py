@@ -12,37 +12,35 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_vaswani_wmt_en_de_big,
 )
 
+from .variant_transformer import apply_variant_defaults
 
-def _csan_defaults(args, variant):
+
+def _variant_defaults(args, variant, big=False):
     args.encoder_self_attention = getattr(args, "encoder_self_attention", variant)
-    args.csan_layers = getattr(args, "csan_layers", 3)
-    if args.encoder_self_attention in ("csan1d", "csan2d"):
-        args.csan_window = getattr(args, "csan_window", 11)
-    if args.encoder_self_attention == "csan2d":
-        args.csan_heads = getattr(args, "csan_heads", 3)
+    apply_variant_defaults(args, big)
 
 
 @register_model_architecture("transformer_variant", "transformer_csan1d")
 def transformer_csan1d(args):
-    _csan_defaults(args, "csan1d")
+    _variant_defaults(args, "csan1d")
     base_architecture(args)
 
 
 @register_model_architecture("transformer_variant", "transformer_csan2d")
 def transformer_csan2d(args):
-    _csan_defaults(args, "csan2d")
+    _variant_defaults(args, "csan2d")
     base_architecture(args)
 
 
 @register_model_architecture("transformer_variant", "transformer_csan1d_big")
 def transformer_csan1d_big(args):
-    _csan_defaults(args, "csan1d")
+    _variant_defaults(args, "csan1d", big=True)
     transformer_vaswani_wmt_en_de_big(args)
 
 
 @register_model_architecture("transformer_variant", "transformer_csan2d_big")
 def transformer_csan2d_big(args):
-    _csan_defaults(args, "csan2d")
+    _variant_defaults(args, "csan2d", big=True)
     transformer_vaswani_wmt_en_de_big(args)
 
 
@@ -86,40 +84,24 @@ def transformer_csan2d_ctxaware_big(args):
 
 # ---- the locality baselines of the CSAN paper's Table 1 -----------------------------------
 # "re-implemented under the same framework": each replaces the self-attention of the same
-# lowest K = 3 encoder layers as CSAN (--csan-layers). Values are the source papers'; the
-# big twins differ only where a source paper gives a big setting.
+# lowest K = 3 encoder layers as CSAN (--csan-layers). Their settings are their source papers'
+# (VARIANT_DEFAULTS); the big twins differ only where a source paper gives a big setting.
 
-BASELINES = {  # variant: (base defaults, big defaults)
-    "bidirect": ({}, {}),  # Shen et al. 2018a, DiSAN
-    "relpos": ({"relpos_clip": 16, "relpos_tables": "per-head"},  # Shaw et al. 2018, section 4.1
-               {"relpos_clip": 8, "relpos_tables": "shared"}),
-    "neighbor": ({}, {}),  # Sperber et al. 2018
-    "local_hard": ({"local_window": 10.0}, {"local_window": 10.0}),  # Luong et al. 2015, local-p
-    "local_soft": ({}, {}),  # Yang et al. 2018
-    "block": ({"block_size": 4}, {"block_size": 4}),  # Shen et al. 2018b, Bi-BloSAN
-    "cnn": ({"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"},) * 2,  # Yu et al. 2018, QANet
-}
+BASELINES = ["bidirect", "relpos", "neighbor", "local_hard", "local_soft", "block", "cnn"]
 
 
-def _baseline_architectures(variant, base_defaults, big_defaults):
-    def apply(args, defaults):
-        args.encoder_self_attention = getattr(args, "encoder_self_attention", variant)
-        args.csan_layers = getattr(args, "csan_layers", 3)
-        if args.encoder_self_attention == variant:
-            for name, value in defaults.items():
-                setattr(args, name, getattr(args, name, value))
-
+def _baseline_architectures(variant):
     def base(args):
-        apply(args, base_defaults)
+        _variant_defaults(args, variant)
         base_architecture(args)
 
     def big(args):
-        apply(args, big_defaults)
+        _variant_defaults(args, variant, big=True)
         transformer_vaswani_wmt_en_de_big(args)
 
     register_model_architecture("transformer_variant", f"transformer_{variant}")(base)
     register_model_architecture("transformer_variant", f"transformer_{variant}_big")(big)
 
 
-for _variant, (_base, _big) in BASELINES.items():
-    _baseline_architectures(_variant, _base, _big)
+for _variant in BASELINES:
+    _baseline_architectures(_variant)

@@ -122,6 +122,34 @@ class ContextTransformerDecoder(TransformerDecoder):
             return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state, *args, **kwargs)
 
 
+# Each variant's settings when its flags are not given, as (base, big): the papers' values
+# (CSAN: M = 11, N = 3; the baselines: their source papers', see architectures.py). Applied
+# for whichever variant a model uses, named by its architecture or by --encoder-self-attention.
+VARIANT_DEFAULTS = {
+    "standard": ({}, {}),
+    "csan1d": ({"csan_window": 11},) * 2,
+    "csan2d": ({"csan_window": 11, "csan_heads": 3},) * 2,
+    "bidirect": ({}, {}),  # Shen et al. 2018a, DiSAN
+    "relpos": ({"relpos_clip": 16, "relpos_tables": "per-head"},  # Shaw et al. 2018, section 4.1
+               {"relpos_clip": 8, "relpos_tables": "shared"}),
+    "neighbor": ({}, {}),  # Sperber et al. 2018
+    "local_hard": ({"local_window": 10.0},) * 2,  # Luong et al. 2015, local-p
+    "local_soft": ({}, {}),  # Yang et al. 2018
+    "block": ({"block_size": 4},) * 2,  # Shen et al. 2018b, Bi-BloSAN
+    "cnn": ({"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"},) * 2,  # Yu et al. 2018, QANet
+}
+
+
+def apply_variant_defaults(args, big: bool):
+    """Fill in the settings of ``args.encoder_self_attention`` that no flag gave; a variant
+    goes in the lowest 3 encoder layers unless --csan-layers says otherwise."""
+    variant = args.encoder_self_attention
+    args.csan_layers = getattr(args, "csan_layers", 0 if variant == "standard" else 3)
+    base, big_defaults = VARIANT_DEFAULTS.get(variant, ({}, {}))
+    for name, value in (big_defaults if big else base).items():
+        setattr(args, name, getattr(args, name, value))
+
+
 def check_variant_args(args):
     """Fail at model build, naming the flag and what is allowed."""
     check_foreign_flags(args.encoder_self_attention, args)
@@ -201,7 +229,7 @@ class VariantTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         args.encoder_self_attention = getattr(args, "encoder_self_attention", "standard")
-        args.csan_layers = getattr(args, "csan_layers", 0)
+        apply_variant_defaults(args, big=str(getattr(args, "arch", "")).endswith("_big"))
         for flag in ("ctx_type", "ctx_side", "ctx_gate"):
             setattr(args, flag, getattr(args, flag, None))
         if args.ctx_type is not None:

@@ -21,7 +21,7 @@ and b(i) the block of token i:
 
 and the layer's output projection W_O applied to y, as for every variant. The intra-block
 attention is computed block by block (the blocks become the batch), so it costs
-O(T r) rather than O(T^2). New parameters per layer: 14 d^2 + 7 d (source2token 2 d^2,
+O(T r) rather than O(T^2). New parameters per layer: 14 d^2 + 9 d (source2token 2 d^2,
 inter-block SAN 4 d^2, block gate 2 d^2, fusion 6 d^2).
 
 Choices where the paper is silent (see the README): blocks start at each sentence's first
@@ -111,7 +111,7 @@ class BlockSelfAttention(DirectionalAttention):
 
         # inter-block SAN and the block gate
         empty = empty.view(B, n)
-        o, _ = self.inter_block(v, v, v, key_padding_mask=empty if empty.any() else None)
+        o, _ = self.inter_block(v, v, v, key_padding_mask=empty)
         g = torch.sigmoid(self.block_gate(torch.cat([o, v], dim=-1)))
         e = g * o + (1 - g) * v  # (n, B, d)
 

@@ -13,7 +13,9 @@ with QANet's depthwise separable convolutions (a kernel-w convolution per channe
 d x d pointwise one) of kernel w = 7 and C = 4 (its embedding encoder block). fairseq's
 layer adds the self-attention's output to the layer input x; this module returns
 SAN(x^C) + (x^C - x), so the sum is x^C + SAN(x^C), QANet's residual around the attention.
-The layer's dropout then applies to the convolutions' residual branches too.
+The layer's dropout then applies to the convolutions' residual branches too. (That algebra
+is the post-norm layer's, fairseq's default and the papers'; with --encoder-normalize-before
+the module receives LN(x), and the layer computes x + dropout(SAN(x^C) + x^C - LN(x)).)
 
 Padding slots are zeroed before each convolution, so a sentence sees zeros beyond its
 edges whatever the padding side. ``--cnn-conv full`` uses ordinary d x d x w convolutions

@@ -29,8 +29,10 @@ I is the sentence's real length. The bias is shared by all heads, as in Yang et 
 and computed once per layer as one (B, T, T) tensor: no loop over positions or heads.
 
 Numerics (exact where it matters): each row's bias is shifted by its largest value over
-real keys, which the softmax ignores, then floored at -1e4 so that it is finite in every
-precision; D_i is floored at 1e-6 so that sigma_i is never 0.
+real keys, which the softmax ignores, then kept within [-1e4, 0] so that it is finite in
+every precision (a real query's real keys are <= 0 after the shift already; the ceiling only
+touches padding keys, which a padding query's row may hold closer to its centre); D_i is
+floored at 1e-6 so that sigma_i is never 0.
 """
 
 from typing import Optional
@@ -111,7 +113,7 @@ class GaussianBiasAttention(SelfAttention):
         gap = positions[:, None, :].to(centre.dtype) - centre[:, :, None]  # (B, T, T): j - P_i
         bias = -gap.pow(2) / (2 * sigma.pow(2)[:, :, None])  # eq. 4
         real_keys = bias if key_padding_mask is None else bias.masked_fill(key_padding_mask[:, None, :], float("-inf"))
-        bias = (bias - real_keys.amax(dim=-1, keepdim=True)).clamp(min=_BIAS_FLOOR)
+        bias = (bias - real_keys.amax(dim=-1, keepdim=True)).clamp(min=_BIAS_FLOOR, max=0.0)
         return bias[:, None]  # (B, 1, T, T): the same for every head
 
 
