@@ -1,0 +1,90 @@
+"""scripts/average_checkpoints.py: the average of real fairseq checkpoints of our models,
+loaded back by fairseq's own loader; the choice of the newest checkpoints; refusals."""
+
+import importlib.util
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from fairseq import checkpoint_utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+from conftest import REPO, TINY, build_model
+
+spec = importlib.util.spec_from_file_location("average_checkpoints", REPO / "scripts" / "average_checkpoints.py")
+average_checkpoints = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(average_checkpoints)
+
+
+def save(path, model, args, updates):
+    checkpoint_utils.torch_persistent_save(
+        {"args": None, "model": model.state_dict(),
+         "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True),
+         "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
+                                "lr_scheduler_state": {}, "num_updates": updates}],
+         "last_optimizer_state": {"state": {}}, "extra_state": {"train_iterator": {"epoch": 1}}},
+        str(path),
+    )
+
+
+@pytest.fixture
+def checkpoints(tmp_path):
+    """Three checkpoints of one architecture with different weights, named as fairseq names them."""
+    models, paths = [], []
+    for i, updates in enumerate((100, 200, 300)):
+        model, args, task = build_model("transformer_relpos", TINY, seed=i)
+        path = tmp_path / f"checkpoint_{1 + i // 2}_{updates}.pt"
+        save(path, model, args, updates)
+        models.append(model)
+        paths.append(path)
+    save(tmp_path / "checkpoint_last.pt", models[-1], args, 300)
+    return models, paths, task
+
+
+def test_average_equals_the_mean_and_loads_in_fairseq(checkpoints, tmp_path):
+    models, paths, task = checkpoints
+    out = tmp_path / "avg" / "average.pt"
+    average_checkpoints.main(["--inputs", *map(str, paths), "--output", str(out)])
+    loaded, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([str(out)], task=task)
+    averaged = dict(loaded[0].named_parameters())
+    for name, p in models[0].named_parameters():
+        mean = sum(dict(m.named_parameters())[name] for m in models) / 3
+        torch.testing.assert_close(averaged[name], mean, rtol=1e-6, atol=1e-7)
+        assert averaged[name].dtype == p.dtype
+    state = torch.load(out, map_location="cpu")
+    assert "last_optimizer_state" not in state
+    assert state["optimizer_history"][-1]["num_updates"] == 300  # the newest one's training state
+    assert state["extra_state"]["averaged_from"] == [str(p) for p in paths]
+
+
+def test_last_n_takes_the_newest_update_checkpoints(checkpoints, tmp_path):
+    _, paths, _ = checkpoints
+    out = tmp_path / "last2.pt"
+    average_checkpoints.main(["--dir", str(tmp_path), "--last", "2", "--output", str(out)])
+    assert torch.load(out, map_location="cpu")["extra_state"]["averaged_from"] == [str(p) for p in paths[1:]]
+
+
+def test_epoch_checkpoints_when_there_are_no_update_checkpoints(tmp_path):
+    for name in ("checkpoint2.pt", "checkpoint10.pt", "checkpoint9.pt", "checkpoint_best.pt"):
+        (tmp_path / name).write_bytes(b"")
+    chosen = average_checkpoints.newest_checkpoints(tmp_path, 2)
+    assert [p.name for p in chosen] == ["checkpoint9.pt", "checkpoint10.pt"]
+
+
+def test_refusals(checkpoints, tmp_path):
+    models, paths, _ = checkpoints
+    out = tmp_path / "average.pt"
+    out.write_bytes(b"keep me")
+    with pytest.raises(SystemExit, match="exists; pass --force"):
+        average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out)])
+    assert out.read_bytes() == b"keep me"
+    average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out), "--force"])
+    assert out.read_bytes() != b"keep me"
+    with pytest.raises(SystemExit, match="missing checkpoint .*nowhere.pt"):
+        average_checkpoints.main(["--inputs", str(paths[0]), str(tmp_path / "nowhere.pt"), "--output", str(tmp_path / "x.pt")])
+    with pytest.raises(SystemExit, match="--last 5 needs 5 numbered checkpoints .* found 3"):
+        average_checkpoints.main(["--dir", str(tmp_path), "--last", "5", "--output", str(tmp_path / "y.pt")])
+    other, args, _ = build_model("transformer_csan2d", TINY)
+    save(tmp_path / "other.pt", other, args, 1)
+    with pytest.raises(SystemExit, match="holds other parameters"):
+        average_checkpoints.main(["--inputs", str(paths[0]), str(tmp_path / "other.pt"), "--output", str(tmp_path / "z.pt")])
