@@ -45,9 +45,8 @@ def padded(lengths, T, side, seed=1, dtype=torch.float64):
     x = torch.randn(T, len(lengths), D, dtype=dtype)
     pad = torch.ones(len(lengths), T, dtype=torch.bool)
     for b, n in enumerate(lengths):
-        pad[b, T - n:] = False if side == "left" else pad[b, T - n:]
-        if side == "right":
-            pad[b, :n] = False
+        real = slice(T - n, T) if side == "left" else slice(0, n)
+        pad[b, real] = False
     return x.masked_fill(pad.t()[:, :, None], 0.0), pad
 
 
