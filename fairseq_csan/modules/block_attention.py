@@ -37,6 +37,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .attention_core import sentence_positions
 from .directional_attention import DirectionalAttention
 from .registry import register_self_attention
 
@@ -90,9 +91,9 @@ class BlockSelfAttention(DirectionalAttention):
             pad = torch.zeros(B, T, dtype=torch.bool, device=query.device)
         pad = pad.to(torch.bool)
         # align every sentence to slot 0 (left padding moves to the end), so blocks start at its first token
-        slots = torch.arange(T, device=query.device)
-        first = (~pad).long().argmax(dim=1)  # (B,)
-        take = (slots[None, :] + first[:, None]) % T  # (B, T): aligned slot a holds slot take[b, a]
+        positions, _ = sentence_positions(pad, B, T, query.device)  # (B, T); slot t holds position t - first
+        back = positions % T  # slot t sits at aligned slot back[b, t]
+        take = (torch.arange(T, device=query.device) - positions[:, :1]) % T  # aligned slot a holds slot take[b, a]
         x = query.gather(0, take.t()[:, :, None].expand(T, B, d))
         pad = F.pad(pad.gather(1, take), (0, L - T), value=True)  # (B, L)
         x = F.pad(x, (0, 0, 0, 0, 0, L - T))  # (L, B, d)
@@ -122,7 +123,6 @@ class BlockSelfAttention(DirectionalAttention):
         f = torch.sigmoid(self.fusion_gate(both))
         y = f * F.elu(self.fusion_value(both)) + (1 - f) * x  # (L, B, d)
 
-        back = (slots[None, :] - first[:, None]) % T  # slot t sits at aligned slot back[b, t]
         return y[:T].gather(0, back.t()[:, :, None].expand(T, B, d))
 
     def extra_repr(self) -> str:
