@@ -7,6 +7,8 @@ replace torch 2.13 with the older torch that the newest torchaudio pins. See the
 
 from setuptools import find_packages, setup
 
+RECIPES = ["sacremoses>=0.1", "jieba>=0.42", "fugashi>=1.3", "unidic-lite>=1.0.8"]
+
 setup(
     name="fairseq_csan",
     version="0.1.0",
@@ -31,5 +33,11 @@ setup(
         "cffi",
         "cython",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={
+        # the task recipes (examples/wmt14_en_de, wmt17_zh_en, wat17_ja_en): Moses tokenisation,
+        # Chinese segmentation (jieba) and Japanese segmentation (MeCab through fugashi, with
+        # the UniDic-lite dictionary, all from PyPI and usable offline)
+        "recipes": RECIPES,
+        "test": ["pytest>=7", *RECIPES],
+    },
 )

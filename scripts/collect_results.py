@@ -1,0 +1,104 @@
+"""Collect evaluated runs into a markdown table shaped like the papers' Table 2.
+
+usage: python scripts/collect_results.py EVAL_DIR [EVAL_DIR ...] [--metric bleu_tok]
+                                         [--output table.md] [--force]
+
+Each EVAL_DIR is an --out of scripts/evaluate.sh (it holds results.json). Rows are systems
+(by --name, in the order first given), column groups are tasks (in the order first given),
+each with the parameter count, the training speed in steps/s and the BLEU with its
+significance mark against the baseline given to evaluate.sh (⇑/↑: better at p < 0.01/0.05;
+⇓/↓: worse). A run missing for a task shows "-".
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TASK_TITLES = {"wmt14_en_de": "WMT14 En⇒De", "wmt17_zh_en": "WMT17 Zh⇒En", "wat17_ja_en": "WAT17 Ja⇒En"}
+METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU", "sacrebleu": "sacreBLEU"}
+
+
+def load(folders):
+    runs = []
+    for folder in folders:
+        path = Path(folder) / "results.json"
+        if not path.is_file():
+            raise SystemExit(f"collect_results: {path} not found (run scripts/evaluate.sh --out {folder} first)")
+        runs.append(json.loads(path.read_text(encoding="utf-8")))
+    return runs
+
+
+def params_millions(run):
+    train = run.get("train") or {}
+    return f"{train['params'] / 1e6:.1f}M" if train.get("params") else "-"
+
+
+def speed(run):
+    train = run.get("train") or {}
+    return f"{train['steps_per_s']:.2f}" if train.get("steps_per_s") is not None else "-"
+
+
+def table(runs, metric="bleu_tok"):
+    systems, tasks, cells = [], [], {}
+    for run in runs:
+        system, task = run["name"], run.get("task") or "?"
+        if system not in systems:
+            systems.append(system)
+        if task not in tasks:
+            tasks.append(task)
+        if (system, task) in cells:
+            raise SystemExit(f"collect_results: two runs named '{system}' for {task}; give them distinct --name")
+        cells[(system, task)] = run
+    head = ["System"]
+    rule = ["---"]
+    for task in tasks:
+        title = TASK_TITLES.get(task, task)
+        head += [f"{title} #Params", f"{title} Speed", f"{title} BLEU"]
+        rule += ["---:", "---:", "---:"]
+    rows = ["| " + " | ".join(head) + " |", "| " + " | ".join(rule) + " |"]
+    for system in systems:
+        row = [system]
+        for task in tasks:
+            run = cells.get((system, task))
+            if run is None:
+                row += ["-", "-", "-"]
+                continue
+            value = run.get(metric)
+            bleu = f"{value:.2f}{run.get('mark', '')}" if value is not None else "-"
+            row += [params_millions(run), speed(run), bleu]
+        rows.append("| " + " | ".join(row) + " |")
+    baselines = sorted({r["bootstrap"]["baseline"] for r in runs if r.get("bootstrap")})
+    samples = sorted({r["bootstrap"]["samples"] for r in runs if r.get("bootstrap")})
+    notes = [
+        "",
+        f"BLEU: {METRICS.get(metric, metric)} on each task's test set. Speed: training steps/s "
+        "(mean of fairseq's 'ups'). #Params: trained parameters.",
+    ]
+    if baselines:
+        notes.append(f"⇑ / ↑: significantly better than the baseline ({', '.join(baselines)}) at p < 0.01 / 0.05, "
+                     f"⇓ / ↓ worse; paired bootstrap resampling of tokenised BLEU, {'/'.join(map(str, samples))} "
+                     "samples (sacreBLEU --paired-bs).")
+    signatures = sorted({r["sacrebleu_signature"] for r in runs if metric == "sacrebleu"})
+    if signatures:
+        notes.append("sacreBLEU signature: " + "; ".join(signatures))
+    return "\n".join(rows + notes) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="evaluation folders (scripts/evaluate.sh --out)")
+    parser.add_argument("--metric", choices=sorted(METRICS), default="bleu_tok")
+    parser.add_argument("--output", type=Path, help="write the table here as well as printing it")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    args = parser.parse_args(argv)
+    text = table(load(args.runs), args.metric)
+    if args.output:
+        if args.output.exists() and not args.force:
+            sys.exit(f"collect_results: {args.output} exists; --force to overwrite")
+        args.output.write_text(text, encoding="utf-8")
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+"""The raw corpora of the three task recipes, and how to gather them (recipe step 1).
+
+For each task this file lists every corpus: the files it needs in the raw folder, the archive
+they come in and the archive's official location. ``gather`` finds each corpus in the raw
+folder (plain text, an official SGM file, or an ``A ||| B`` ASPEC file), extracts a
+downloaded archive when only the archive is there, downloads a public archive when neither
+is there (unless told not to), and writes the split's two sides, every corpus concatenated,
+to ``OUT/train.SRC`` ``OUT/train.TGT``, ``valid.*`` and ``test.*``.
+
+usage: python scripts/corpora.py TASK --raw-dir RAW --out OUT [--no-download] [--force]
+       python scripts/corpora.py TASK --list          (what the raw folder must hold)
+
+A missing corpus stops it with the file that is missing and where to get it. Outputs are
+written to a temporary name and renamed, so an interrupted run never leaves a file that
+looks finished; existing outputs are kept unless --force is given.
+"""
+
+import argparse
+import os
+import re
+import sys
+import tarfile
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+WMT17 = "https://data.statmt.org/wmt17/translation-task"
+WMT17_PAGE = "https://www.statmt.org/wmt17/translation-task.html"
+
+
+@dataclass
+class Corpus:
+    """One parallel corpus in the raw folder.
+
+    ``layouts`` are alternative ways of finding it, tried in order; each maps a language to
+    a path relative to the raw folder. A path ending in ``.sgm`` is read as WMT SGML. With
+    ``fields`` set, both languages are columns of one ``|||``-separated file (ASPEC).
+    ``folder`` instead names a folder of line-aligned ``NAME.SRC``/``NAME.TGT`` pairs (CWMT).
+    """
+
+    name: str
+    layouts: List[Dict[str, str]] = field(default_factory=list)
+    archive: Optional[str] = None  # file name of the archive in the raw folder
+    url: Optional[str] = None  # its official download location; None: the user must fetch it
+    where: str = ""  # where to get it, for the error message
+    fields: Optional[Dict[str, int]] = None
+    folder: Optional[str] = None
+
+
+@dataclass
+class Task:
+    src: str
+    tgt: str
+    splits: Dict[str, List[Corpus]]
+    raw_env: str  # the environment variable that may name the raw folder
+    note: str = ""
+
+
+def _aspec(name, path, ja_field, en_field):
+    return Corpus(
+        name=name,
+        layouts=[{"ja": path, "en": path}],
+        fields={"ja": ja_field, "en": en_field},
+        where="ASPEC is licensed: request it at https://jipsti.jst.go.jp/aspec/ and give its "
+        "ASPEC-JE folder as --raw-dir (or $ASPEC_JE)",
+    )
+
+
+TASKS = {
+    "wmt14_en_de": Task(
+        src="en",
+        tgt="de",
+        raw_env="WMT14_RAW",
+        splits={
+            "train": [
+                Corpus(
+                    "Europarl v7",
+                    [{"en": "training/europarl-v7.de-en.en", "de": "training/europarl-v7.de-en.de"}],
+                    "training-parallel-europarl-v7.tgz",
+                    "https://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz",
+                ),
+                Corpus(
+                    "Common Crawl",
+                    [{"en": "commoncrawl.de-en.en", "de": "commoncrawl.de-en.de"}],
+                    "training-parallel-commoncrawl.tgz",
+                    "https://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
+                ),
+                Corpus(
+                    "News Commentary v9",
+                    [{"en": "training/news-commentary-v9.de-en.en", "de": "training/news-commentary-v9.de-en.de"}],
+                    "training-parallel-nc-v9.tgz",
+                    "https://www.statmt.org/wmt14/training-parallel-nc-v9.tgz",
+                ),
+            ],
+            "valid": [
+                Corpus(
+                    "newstest2013",
+                    [{"en": "newstest2013.en", "de": "newstest2013.de"},
+                     {"en": "dev/newstest2013.en", "de": "dev/newstest2013.de"}],
+                    "dev.tgz",
+                    "https://www.statmt.org/wmt14/dev.tgz",
+                ),
+            ],
+            "test": [
+                Corpus(
+                    "newstest2014 (full)",
+                    [{"en": "newstest2014.en", "de": "newstest2014.de"},
+                     {"en": "test-full/newstest2014-deen-src.en.sgm", "de": "test-full/newstest2014-deen-ref.de.sgm"}],
+                    "test-full.tgz",
+                    "https://www.statmt.org/wmt14/test-full.tgz",
+                ),
+            ],
+        },
+    ),
+    "wmt17_zh_en": Task(
+        src="zh",
+        tgt="en",
+        raw_env="WMT17_RAW",
+        note="WMT17 Zh-En: News Commentary v12 downloads by itself; the UN and CWMT corpora "
+        "need a registration or a manual download (see " + WMT17_PAGE + ").",
+        splits={
+            "train": [
+                Corpus(
+                    "News Commentary v12",
+                    [{"zh": "training/news-commentary-v12.zh-en.zh", "en": "training/news-commentary-v12.zh-en.en"}],
+                    "training-parallel-nc-v12.tgz",
+                    f"{WMT17}/training-parallel-nc-v12.tgz",
+                ),
+                Corpus(
+                    "UN Parallel Corpus v1.0",
+                    [{"zh": "en-zh/UNv1.0.en-zh.zh", "en": "en-zh/UNv1.0.en-zh.en"}],
+                    "UNv1.0.en-zh.tar.gz",
+                    None,
+                    "download UNv1.0.en-zh.tar.gz.00 and .01 from https://conferences.unite.un.org/UNCorpus "
+                    "(linked from " + WMT17_PAGE + "), then `cat UNv1.0.en-zh.tar.gz.0* > "
+                    "UNv1.0.en-zh.tar.gz` in the raw folder",
+                ),
+                Corpus(
+                    "CWMT",
+                    folder="cwmt",
+                    where="get the CWMT corpora of WMT17 (casia2015, casict2011, casict2015, datum2015, "
+                    "datum2017, neu2017; see " + WMT17_PAGE + ") and put each as a line-aligned pair "
+                    "NAME.zh / NAME.en in the raw folder's cwmt/",
+                ),
+            ],
+            "valid": [
+                Corpus(
+                    "newsdev2017",
+                    [{"zh": "newsdev2017.zh", "en": "newsdev2017.en"},
+                     {"zh": "dev/newsdev2017-zhen-src.zh.sgm", "en": "dev/newsdev2017-zhen-ref.en.sgm"}],
+                    "dev.tgz",
+                    f"{WMT17}/dev.tgz",
+                ),
+            ],
+            "test": [
+                Corpus(
+                    "newstest2017",
+                    [{"zh": "newstest2017-zhen.zh", "en": "newstest2017-zhen.en"},
+                     {"zh": "test/newstest2017-zhen-src.zh.sgm", "en": "test/newstest2017-zhen-ref.en.sgm"}],
+                    "test.tgz",
+                    f"{WMT17}/test.tgz",
+                ),
+            ],
+        },
+    ),
+    "wat17_ja_en": Task(
+        src="ja",
+        tgt="en",
+        raw_env="ASPEC_JE",
+        note="WAT17 Ja-En: ASPEC-JE train-1 + train-2 (2M pairs, as Morishita et al. 2017), "
+        "dev and test, from the user's licensed copy.",
+        splits={
+            # train-N.txt: score ||| document id ||| sentence id ||| Japanese ||| English
+            "train": [_aspec("ASPEC-JE train-1", "train/train-1.txt", 3, 4),
+                      _aspec("ASPEC-JE train-2", "train/train-2.txt", 3, 4)],
+            # dev.txt / test.txt: document id ||| sentence id ||| Japanese ||| English
+            "valid": [_aspec("ASPEC-JE dev", "dev/dev.txt", 2, 3)],
+            "test": [_aspec("ASPEC-JE test", "test/test.txt", 2, 3)],
+        },
+    ),
+}
+
+SEG = re.compile(r"<seg[^>]*>(.*)</seg>")
+
+
+def clean_line(line: str) -> str:
+    """One segment per line: no surrounding blanks, single spaces inside."""
+    return " ".join(line.split())
+
+
+def read_side(path: Path, column: Optional[int] = None) -> List[str]:
+    """The segments of one side: a plain text file, a WMT SGM file or an ASPEC column."""
+    with open(path, encoding="utf-8", errors="strict", newline="\n") as f:
+        if path.suffix == ".sgm":
+            # as sacreBLEU reads SGM: the text between the <seg> tags, not unescaped
+            return [clean_line(m.group(1)) for line in f if (m := SEG.search(line))]
+        if column is None:
+            return [clean_line(line) for line in f]
+        out = []
+        for number, line in enumerate(f, 1):
+            parts = line.rstrip("\n").split(" ||| ")
+            if len(parts) <= column:
+                raise SystemExit(f"corpora: {path}:{number}: expected at least {column + 1} "
+                                 f"' ||| '-separated fields, found {len(parts)}")
+            out.append(clean_line(parts[column]))
+        return out
+
+
+class Missing(Exception):
+    pass
+
+
+def find_layout(corpus: Corpus, raw: Path, langs) -> Optional[Dict[str, Path]]:
+    for layout in corpus.layouts:
+        paths = {lang: raw / layout[lang] for lang in langs}
+        if all(p.is_file() for p in paths.values()):
+            return paths
+    return None
+
+
+def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
+    if corpus.folder is not None:
+        wanted = f"{raw / corpus.folder}/NAME.{langs[0]} + NAME.{langs[1]} pairs"
+    else:
+        wanted = " or ".join(" + ".join(str(raw / layout[lang]) for lang in langs) for layout in corpus.layouts)
+    lines = [f"{task_name}: missing {corpus.name}: expected {wanted}."]
+    if corpus.url:
+        lines.append(f"  It comes in {corpus.archive} from {corpus.url}; put the archive or the "
+                     f"extracted files in {raw}, or run without --no-download to fetch it.")
+    elif corpus.archive:
+        lines.append(f"  Put {corpus.archive} (or the extracted files) in {raw}: {corpus.where}.")
+    else:
+        lines.append(f"  {corpus.where}.")
+    return "\n".join(lines)
+
+
+def download(url: str, dest: Path):
+    """Fetch ``url`` to ``dest`` through a .part file, reporting progress to stderr."""
+    part = dest.with_name(dest.name + ".part")
+    print(f"[corpora] downloading {url}", file=sys.stderr)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
+            total = int(response.headers.get("Content-Length") or 0)
+            done, shown = 0, 0
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+                done += len(chunk)
+                if done - shown >= 100 << 20:
+                    shown = done
+                    of = f" of {total >> 20} MiB" if total else ""
+                    print(f"[corpora]   {done >> 20} MiB{of}", file=sys.stderr)
+    except Exception as error:  # urllib raises several kinds; all mean the same to the user
+        part.unlink(missing_ok=True)
+        raise Missing(f"download of {url} failed ({error}).\n  Download it yourself and put it "
+                      f"at {dest}, then run again.") from error
+    part.rename(dest)
+
+
+def extract(archive: Path, into: Path):
+    print(f"[corpora] extracting {archive}", file=sys.stderr)
+    with tarfile.open(archive) as tar:
+        if hasattr(tarfile, "data_filter"):  # refuse absolute paths and links out of the folder
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
+
+
+def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: bool):
+    """The files of one corpus in ``raw``: found, extracted from its archive, or downloaded."""
+    if corpus.folder is not None:
+        folder = raw / corpus.folder
+        pairs = sorted(p.with_suffix("") for p in folder.glob(f"*.{langs[0]}")) if folder.is_dir() else []
+        pairs = [{lang: stem.with_name(f"{stem.name}.{lang}") for lang in langs} for stem in pairs]
+        for pair in pairs:
+            if not pair[langs[1]].is_file():
+                raise Missing(f"{task_name}: {pair[langs[0]]} has no partner {pair[langs[1]]}")
+        if not pairs:
+            raise Missing(missing_message(task_name, corpus, raw, langs))
+        return pairs
+    found = find_layout(corpus, raw, langs)
+    if found is None and corpus.archive:
+        archive = raw / corpus.archive
+        if not archive.is_file() and corpus.url and allow_download:
+            raw.mkdir(parents=True, exist_ok=True)
+            download(corpus.url, archive)
+        if archive.is_file():
+            extract(archive, raw)
+            found = find_layout(corpus, raw, langs)
+            if found is None:
+                raise Missing(f"{task_name}: {archive} did not hold the files of {corpus.name}.\n"
+                              + missing_message(task_name, corpus, raw, langs))
+    if found is None:
+        raise Missing(missing_message(task_name, corpus, raw, langs))
+    return [found]
+
+
+def gather(task_name: str, raw: Path, out: Path, allow_download=True, force=False):
+    task = TASKS[task_name]
+    langs = (task.src, task.tgt)
+    out.mkdir(parents=True, exist_ok=True)
+    for split, corpora in task.splits.items():
+        targets = {lang: out / f"{split}.{lang}" for lang in langs}
+        if all(p.is_file() for p in targets.values()) and not force:
+            print(f"[corpora] {split}: {targets[langs[0]].name} and {targets[langs[1]].name} exist; kept",
+                  file=sys.stderr)
+            continue
+        parts = {lang: out / f"{split}.{lang}.tmp" for lang in langs}
+        handles = {lang: open(p, "w", encoding="utf-8", newline="\n") for lang, p in parts.items()}
+        total = 0
+        try:
+            for corpus in corpora:
+                for files in locate(task_name, corpus, raw, langs, allow_download):
+                    sides = {lang: read_side(files[lang], corpus.fields[lang] if corpus.fields else None)
+                             for lang in langs}
+                    if len(sides[langs[0]]) != len(sides[langs[1]]):
+                        raise Missing(f"{task_name}: {corpus.name} is not line-aligned: "
+                                      f"{files[langs[0]]} has {len(sides[langs[0]])} segments, "
+                                      f"{files[langs[1]]} has {len(sides[langs[1]])}")
+                    for lang in langs:
+                        handles[lang].writelines(line + "\n" for line in sides[lang])
+                    total += len(sides[langs[0]])
+                    print(f"[corpora] {split}: {corpus.name} ({files[langs[0]].name}): "
+                          f"{len(sides[langs[0]]):,} pairs", file=sys.stderr)
+        except BaseException:
+            for lang in langs:
+                handles[lang].close()
+                parts[lang].unlink(missing_ok=True)
+            raise
+        for lang in langs:
+            handles[lang].close()
+            os.replace(parts[lang], targets[lang])
+        print(f"[corpora] {split}: {total:,} pairs in {targets[langs[0]]} / {targets[langs[1]].name}",
+              file=sys.stderr)
+
+
+def listing(task_name: str) -> str:
+    task = TASKS[task_name]
+    langs = (task.src, task.tgt)
+    rows = [f"# {task_name}: raw folder from --raw-dir or ${task.raw_env}"]
+    if task.note:
+        rows.append(f"# {task.note}")
+    for split, corpora in task.splits.items():
+        for corpus in corpora:
+            if corpus.folder:
+                rows.append(f"{split}\t{corpus.name}\t{corpus.folder}/NAME.{langs[0]} + NAME.{langs[1]}")
+                continue
+            for layout in corpus.layouts:
+                paths = " + ".join(layout[lang] for lang in langs)
+                source = corpus.url or corpus.where or ""
+                rows.append(f"{split}\t{corpus.name}\t{paths}\t{corpus.archive or ''}\t{source}")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("--raw-dir", type=Path, help="folder holding (or receiving) the raw corpora")
+    parser.add_argument("--out", type=Path, help="folder for train/valid/test.{src,tgt}")
+    parser.add_argument("--no-download", action="store_true", help="never download; fail on a missing corpus")
+    parser.add_argument("--force", action="store_true", help="rewrite outputs that exist")
+    parser.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        print(listing(args.task))
+        return
+    if args.raw_dir is None or args.out is None:
+        parser.error("--raw-dir and --out are required (or --list)")
+    try:
+        gather(args.task, args.raw_dir, args.out, allow_download=not args.no_download, force=args.force)
+    except Missing as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

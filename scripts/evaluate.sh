@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Evaluate a trained model as the papers do: average the last checkpoints, decode the test
+# set with beam 4 and length penalty 0.6, and report tokenised BLEU (and compound-split BLEU
+# for En-De), sacreBLEU with its signature, decoding speed, and, given the baseline's
+# evaluation, paired bootstrap significance. See the README's "Recipes" section.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+usage() {
+  cat <<'EOF'
+usage: scripts/evaluate.sh --data DIR --checkpoints DIR --out DIR [options]
+
+  --data DIR         the folder made by examples/*/prepare.sh
+  --checkpoints DIR  the --save-dir of scripts/train.sh
+  --out DIR          where the outputs go (averaged.pt, generate.txt, hyp.tok, hyp.detok,
+                     results.json, results.md)
+  --last N           average the N newest interval checkpoints (default 5 for base runs,
+                     20 for big ones, as Vaswani et al. 2017)
+  --checkpoint FILE  evaluate this checkpoint instead of an average
+  --subset S         test (default) or valid
+  --beam N           beam size (default 4)        --lenpen X   length penalty (default 0.6)
+  --batch-size N     sentences per batch (default 128)
+  --baseline DIR     the --out of the baseline's evaluation: adds paired bootstrap resampling
+  --bootstrap-samples N  resamples for the bootstrap (default 1000)
+  --name NAME        the system's name in tables (default: its architecture)
+  --cpu              decode on the CPU            --fp16   decode in fp16 (GPU)
+  --force            average and decode again even where the outputs exist
+EOF
+}
+
+die() { echo "[evaluate] error: $*" >&2; exit 2; }
+log() { echo "[evaluate] $*" >&2; }
+
+data="" ckdir="" out="" last="" checkpoint="" subset=test beam=4 lenpen=0.6 batch=128
+baseline="" samples=1000 name="" hw=() force=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) data="${2:?}"; shift 2 ;;
+    --checkpoints) ckdir="${2:?}"; shift 2 ;;
+    --out) out="${2:?}"; shift 2 ;;
+    --last) last="${2:?}"; shift 2 ;;
+    --checkpoint) checkpoint="${2:?}"; shift 2 ;;
+    --subset) subset="${2:?}"; shift 2 ;;
+    --beam) beam="${2:?}"; shift 2 ;;
+    --lenpen) lenpen="${2:?}"; shift 2 ;;
+    --batch-size) batch="${2:?}"; shift 2 ;;
+    --baseline) baseline="${2:?}"; shift 2 ;;
+    --bootstrap-samples) samples="${2:?}"; shift 2 ;;
+    --name) name="${2:?}"; shift 2 ;;
+    --cpu) hw+=(--cpu); shift ;;
+    --fp16) hw+=(--fp16); shift ;;
+    --force) force=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument '$1'" ;;
+  esac
+done
+
+[ -n "$data" ] && [ -n "$out" ] || die "--data and --out are required"
+[ -n "$ckdir" ] || [ -n "$checkpoint" ] || die "--checkpoints DIR (or --checkpoint FILE) is required"
+[ -f "$data/recipe.env" ] && [ -d "$data/data-bin" ] || die "$data is not a prepared task folder (no recipe.env or data-bin/; run examples/*/prepare.sh)"
+case "$subset" in test|valid) ;; *) die "--subset must be test or valid, got '$subset'" ;; esac
+for pair in "beam:$beam" "batch-size:$batch" "bootstrap-samples:$samples" ${last:+"last:$last"}; do
+  [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || die "--${pair%%:*} must be a positive whole number, got '${pair#*:}'"
+done
+[[ "$lenpen" =~ ^[0-9]*\.?[0-9]+$ ]] || die "--lenpen must be a number, got '$lenpen'"
+if [ -n "$baseline" ] && [ ! -f "$baseline/hyp.tok" ]; then
+  die "--baseline $baseline has no hyp.tok: evaluate the baseline first, with the same --subset"
+fi
+
+task=$(sed -n 's/^task=//p' "$data/recipe.env")
+src=$(sed -n 's/^src=//p' "$data/recipe.env")
+tgt=$(sed -n 's/^tgt=//p' "$data/recipe.env")
+arch="" size=base
+if [ -n "$ckdir" ] && [ -f "$ckdir/run.env" ]; then
+  arch=$(sed -n 's/^arch=//p' "$ckdir/run.env"); size=$(sed -n 's/^size=//p' "$ckdir/run.env")
+fi
+if [ -z "$last" ]; then last=5; [ "$size" = big ] && last=20; fi
+mkdir -p "$out"
+
+# 1 the weights: one checkpoint, or the average of the last N
+if [ -n "$checkpoint" ]; then
+  [ -f "$checkpoint" ] || die "no checkpoint $checkpoint"
+  model="$checkpoint"
+  log "1/3 evaluating $checkpoint (no averaging)"
+else
+  model="$out/averaged.pt"
+  if [ "$force" = 0 ] && [ -f "$model" ]; then
+    log "1/3 $model exists; kept (--force to average again)"
+  else
+    log "1/3 averaging the last $last checkpoints of $ckdir"
+    python "$ROOT/scripts/average_checkpoints.py" --dir "$ckdir" --last "$last" --output "$model" --force
+  fi
+fi
+
+# 2 decode
+gen="$out/generate.txt"
+if [ "$force" = 0 ] && [ -f "$gen" ] && [ "$gen" -nt "$model" ]; then
+  log "2/3 $gen exists and is newer than the model; kept (--force to decode again)"
+else
+  log "2/3 decoding $subset: beam $beam, length penalty $lenpen, output length <= source + 50"
+  # stdout (the hypotheses) and stderr (the timing line) both go to generate.txt
+  if ! fairseq-generate "$data/data-bin" --user-dir "$ROOT/fairseq_csan" --path "$model" \
+      --source-lang "$src" --target-lang "$tgt" --gen-subset "$subset" \
+      --beam "$beam" --lenpen "$lenpen" --max-len-a 1 --max-len-b 50 --remove-bpe \
+      --batch-size "$batch" "${hw[@]}" > "$gen.tmp" 2>&1; then
+    tail -20 "$gen.tmp" >&2
+    die "fairseq-generate failed (its whole output: $gen.tmp)"
+  fi
+  mv "$gen.tmp" "$gen"
+fi
+
+# 3 score
+log "3/3 scoring"
+score_args=(--generate-log "$gen" --ref-tok "$data/tok/$subset.$tgt" --ref-raw "$data/raw/$subset.$tgt"
+  --lang "$tgt" --out "$out" --name "${name:-${arch:-$(basename "$out")}}" --task "$task"
+  --bootstrap-samples "$samples")
+[ -n "$arch" ] && score_args+=(--arch "$arch")
+[ "$tgt" = de ] && score_args+=(--compound-split)
+[ -n "$ckdir" ] && [ -f "$ckdir/train.log" ] && score_args+=(--train-log "$ckdir/train.log")
+[ -n "$baseline" ] && score_args+=(--baseline "$baseline")
+python "$ROOT/scripts/score.py" score "${score_args[@]}"

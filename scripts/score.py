@@ -1,0 +1,223 @@
+"""Scores of one evaluated system, as the papers report them (used by scripts/evaluate.sh).
+
+usage:
+  python scripts/score.py score --generate-log GEN --ref-tok REF.tok --ref-raw REF --lang L \
+      --out DIR [--compound-split] [--train-log LOG] [--baseline DIR] [--name NAME] \
+      [--arch ARCH] [--task TASK] [--bootstrap-samples 1000]
+  python scripts/score.py speed TRAIN_LOG
+
+score reads fairseq-generate's output GEN and writes to DIR:
+  hyp.tok      hypotheses in corpus order, BPE removed: the pipeline's tokenisation
+  hyp.detok    the same, Moses-detokenised
+  results.json every figure below, and results.md for people
+and prints them. The figures:
+  bleu_tok       case-sensitive 4-gram BLEU of hyp.tok against the tokenised reference,
+                 with no further tokenisation (what multi-bleu.perl computes; the papers' BLEU)
+  bleu_compound  (--compound-split, En-De) the same after splitting hyphenated compounds,
+                 "a-b" -> "a ##AT##-##AT## b" on both sides, the customary WMT14 En-De number
+  sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature
+  decode_sent_per_s  from fairseq-generate's own timing line
+  train_steps_per_s  mean of the 'ups' column of the training log's train_inner lines
+  params         the trained parameter count fairseq logged at the start of training
+  bootstrap      with --baseline: sacreBLEU's paired bootstrap resampling (--paired-bs) of
+                 bleu_tok against the baseline's hyp.tok, its p-value and the mark:
+                 ⇑ / ↑ better at p < 0.01 / 0.05, ⇓ / ↓ worse, none otherwise (Koehn 2004;
+                 the CSAN paper's Table 2 marks)
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU
+
+TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s")
+UPS = re.compile(r"\| train_inner \|.*?\bups=(\d+(?:\.\d+)?)")
+PARAMS = re.compile(r"num\. shared model params: ([\d,]+) \(num\. trained: ([\d,]+)\)")
+COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def hypotheses(generate_log: Path):
+    """The H- lines of fairseq-generate's output, in corpus order (it prints them by batch)."""
+    found = {}
+    with open(generate_log, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("H-"):
+                head, _score, *text = line.rstrip("\n").split("\t")
+                found[int(head[2:])] = text[0] if text else ""
+    if not found:
+        raise SystemExit(f"score: no hypotheses (H- lines) in {generate_log}")
+    missing = sorted(set(range(max(found) + 1)) - set(found))
+    if missing:
+        raise SystemExit(f"score: {generate_log} lacks hypotheses for sentences {missing[:10]}")
+    return [found[i] for i in range(len(found))]
+
+
+def decode_speed(generate_log: Path):
+    for line in reversed(Path(generate_log).read_text(encoding="utf-8").splitlines()):
+        if m := TRANSLATED.search(line):
+            return {"sentences": int(m.group(1).replace(",", "")), "seconds": float(m.group(3)),
+                    "sent_per_s": float(m.group(4))}
+    return None
+
+
+def train_speed(train_log: Path):
+    """Mean training steps/s over the log's train_inner lines (fairseq's 'ups')."""
+    if not train_log or not Path(train_log).is_file():
+        return None
+    text = Path(train_log).read_text(encoding="utf-8", errors="replace")
+    ups = [float(v) for v in UPS.findall(text)]
+    params = PARAMS.findall(text)
+    return {
+        "steps_per_s": sum(ups) / len(ups) if ups else None,
+        "logged_intervals": len(ups),
+        "params": int(params[-1][1].replace(",", "")) if params else None,
+    }
+
+
+def split_compounds(line: str) -> str:
+    return COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+def read_lines(path: Path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def write_lines(path: Path, lines):
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def tokenised_bleu(hyps, refs):
+    return BLEU(tokenize="none", force=True).corpus_score(hyps, [refs]).score
+
+
+def paired_bootstrap(ref_tok: Path, baseline_hyp: Path, system_hyp: Path, samples: int):
+    """sacreBLEU's paired bootstrap of tokenised BLEU; the system's p-value against the baseline."""
+    command = ["sacrebleu", str(ref_tok), "-i", str(baseline_hyp), str(system_hyp), "--paired-bs",
+               "--paired-bs-n", str(samples), "-m", "bleu", "--tokenize", "none", "--force", "-f", "json"]
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"score: sacrebleu --paired-bs failed:\n{run.stderr}")
+    rows = json.loads(run.stdout)
+    base, system = rows[0]["BLEU"], rows[1]["BLEU"]
+    return {"command": " ".join(command), "samples": samples, "baseline_bleu": base["score"],
+            "bleu": system["score"], "p_value": system["p_value"], "ci": system["ci"]}
+
+
+def mark(delta: float, p_value: float) -> str:
+    if p_value is None or p_value >= 0.05 or delta == 0:
+        return ""
+    if delta > 0:
+        return "⇑" if p_value < 0.01 else "↑"
+    return "⇓" if p_value < 0.01 else "↓"
+
+
+def score(args):
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    hyps = hypotheses(args.generate_log)
+    refs_tok = read_lines(args.ref_tok)
+    refs_raw = read_lines(args.ref_raw)
+    if not (len(hyps) == len(refs_tok) == len(refs_raw)):
+        raise SystemExit(f"score: {len(hyps)} hypotheses, but {len(refs_tok)} lines in {args.ref_tok} "
+                         f"and {len(refs_raw)} in {args.ref_raw}")
+    write_lines(out / "hyp.tok", hyps)
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(args.lang)
+    detoks = [detok.detokenize(h.split()) for h in hyps]
+    write_lines(out / "hyp.detok", detoks)
+
+    sacre = BLEU()
+    sacre_score = sacre.corpus_score(detoks, [refs_raw])
+    results = {
+        "name": args.name or out.name,
+        "arch": args.arch,
+        "task": args.task,
+        "sentences": len(hyps),
+        "bleu_tok": tokenised_bleu(hyps, refs_tok),
+        "bleu_compound": None,
+        "sacrebleu": sacre_score.score,
+        "sacrebleu_signature": str(sacre.get_signature()),
+        "sacrebleu_text": str(sacre_score),
+        "decode": decode_speed(args.generate_log),
+        "train": train_speed(args.train_log),
+        "bootstrap": None,
+        "mark": "",
+    }
+    if args.compound_split:
+        results["bleu_compound"] = tokenised_bleu([split_compounds(h) for h in hyps],
+                                                  [split_compounds(r) for r in refs_tok])
+    if args.baseline:
+        baseline_hyp = args.baseline / "hyp.tok"
+        if not baseline_hyp.is_file():
+            raise SystemExit(f"score: --baseline {args.baseline} has no hyp.tok (evaluate the baseline first)")
+        if len(read_lines(baseline_hyp)) != len(hyps):
+            raise SystemExit(f"score: the baseline {baseline_hyp} has another number of lines than {len(hyps)}")
+        test = paired_bootstrap(args.ref_tok, baseline_hyp, out / "hyp.tok", args.bootstrap_samples)
+        base_results = args.baseline / "results.json"
+        test["baseline"] = json.loads(base_results.read_text())["name"] if base_results.is_file() else str(args.baseline)
+        results["bootstrap"] = test
+        results["mark"] = mark(test["bleu"] - test["baseline_bleu"], test["p_value"])
+    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "results.md").write_text(summary(results) + "\n", encoding="utf-8")
+    print(summary(results))
+
+
+def summary(r):
+    lines = [f"# {r['name']} ({r['arch'] or 'arch unknown'}, {r['task'] or 'task unknown'}), {r['sentences']} sentences",
+             f"- tokenised BLEU (case-sensitive, 4-gram): {r['bleu_tok']:.2f} {r['mark']}".rstrip()]
+    if r["bleu_compound"] is not None:
+        lines.append(f"- compound-split BLEU: {r['bleu_compound']:.2f}")
+    lines.append(f"- sacreBLEU (detokenised): {r['sacrebleu_text']}")
+    if r["decode"]:
+        lines.append(f"- decoding: {r['decode']['sent_per_s']:.2f} sentences/s "
+                     f"({r['decode']['sentences']} sentences in {r['decode']['seconds']:.1f}s)")
+    if r["train"] and r["train"]["steps_per_s"] is not None:
+        lines.append(f"- training: {r['train']['steps_per_s']:.2f} steps/s "
+                     f"(mean over {r['train']['logged_intervals']} logged intervals)")
+    if r["train"] and r["train"]["params"] is not None:
+        lines.append(f"- parameters: {r['train']['params']:,}")
+    if b := r["bootstrap"]:
+        lines.append(f"- paired bootstrap against {b['baseline']} ({b['samples']} samples, tokenised BLEU): "
+                     f"{b['baseline_bleu']:.2f} -> {b['bleu']:.2f}, p = {b['p_value']:.4f} {r['mark']}".rstrip())
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sc = sub.add_parser("score")
+    sc.add_argument("--generate-log", type=Path, required=True)
+    sc.add_argument("--ref-tok", type=Path, required=True)
+    sc.add_argument("--ref-raw", type=Path, required=True)
+    sc.add_argument("--lang", required=True, help="target language, for detokenisation")
+    sc.add_argument("--out", type=Path, required=True)
+    sc.add_argument("--compound-split", action="store_true")
+    sc.add_argument("--train-log", type=Path)
+    sc.add_argument("--baseline", type=Path)
+    sc.add_argument("--bootstrap-samples", type=int, default=1000)
+    sc.add_argument("--name")
+    sc.add_argument("--arch")
+    sc.add_argument("--task")
+    sp = sub.add_parser("speed")
+    sp.add_argument("train_log", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "speed":
+        speed = train_speed(args.train_log)
+        if not speed or speed["steps_per_s"] is None:
+            print(f"[speed] no train_inner lines with ups in {args.train_log}")
+            return
+        print(f"[speed] {speed['steps_per_s']:.3f} training steps/s, mean over "
+              f"{speed['logged_intervals']} logged intervals of {args.train_log}")
+    else:
+        score(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Train any architecture on a prepared task with the papers' setup: Transformer base or big
+# hyper-parameters (Vaswani et al. 2017) on 8 GPUs x 4096 tokens. See the README's
+# "Recipes" section for where every hyper-parameter comes from.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+usage() {
+  cat <<'EOF'
+usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]
+
+  --data DIR        a folder made by examples/*/prepare.sh (its data-bin/ is used), or a
+                    fairseq data-bin folder
+  --arch ARCH       any registered architecture: transformer, transformer_csan2d,
+                    transformer_ctxaware_big, ...
+  --save-dir DIR    checkpoints and train.log; a run that stopped resumes from
+                    DIR/checkpoint_last.pt when started again with the same arguments
+  --size base|big   hyper-parameter set (default: big for *_big architectures, else base)
+  --gpus N          GPUs on this machine (default: all visible). --update-freq is 8/N, so
+                    every update sees 8 x 4096 tokens, as on the papers' 8 GPUs
+  --precision P     fp16 (default), bf16 or fp32
+  --max-tokens N    tokens per GPU per step (default 4096)
+  --max-update N    training updates (default: 100000 base, 300000 big)
+  --seed N          random seed (default 1)
+  --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
+  --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
+                    (default 16), a checkpoint every 4 updates; for tests and first tries
+Arguments after -- go to fairseq-train unchanged and override the ones above.
+EOF
+}
+
+die() { echo "[train] error: $*" >&2; exit 2; }
+# shell-quote a word only where needed, so the printed command can be pasted as it is
+quote() {
+  local w
+  for w in "$@"; do
+    if [[ "$w" =~ ^[A-Za-z0-9_./=:,+@%-]+$ ]]; then printf '%s ' "$w"; else printf "'%s' " "${w//\'/\'\\\'\'}"; fi
+  done
+}
+
+data="" arch="" save="" size="" gpus="" precision=fp16 max_tokens=4096 max_update="" seed=1
+dry_run=0 tiny=0 extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) data="${2:?--data needs a folder}"; shift 2 ;;
+    --arch) arch="${2:?--arch needs a name}"; shift 2 ;;
+    --save-dir) save="${2:?--save-dir needs a folder}"; shift 2 ;;
+    --size) size="${2:?--size needs base or big}"; shift 2 ;;
+    --gpus) gpus="${2:?--gpus needs a number}"; shift 2 ;;
+    --precision) precision="${2:?--precision needs fp16, bf16 or fp32}"; shift 2 ;;
+    --max-tokens) max_tokens="${2:?--max-tokens needs a number}"; shift 2 ;;
+    --max-update) max_update="${2:?--max-update needs a number}"; shift 2 ;;
+    --seed) seed="${2:?--seed needs a number}"; shift 2 ;;
+    --dry-run) dry_run=1; shift ;;
+    --cpu-tiny) tiny=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) usage >&2; die "unknown argument '$1' (fairseq-train arguments go after --)" ;;
+  esac
+done
+
+[ -n "$data" ] || die "--data is required"
+[ -n "$arch" ] || die "--arch is required"
+[ -n "$save" ] || die "--save-dir is required"
+for pair in "max-tokens:$max_tokens" "seed:$seed" ${max_update:+"max-update:$max_update"} ${gpus:+"gpus:$gpus"}; do
+  [[ "${pair#*:}" =~ ^[0-9]+$ ]] || die "--${pair%%:*} must be a whole number, got '${pair#*:}'"
+done
+case "$precision" in fp16|bf16|fp32) ;; *) die "--precision must be fp16, bf16 or fp32, got '$precision'" ;; esac
+if [ -z "$size" ]; then
+  case "$arch" in *_big|transformer_vaswani_wmt_en_de_big|transformer_wmt_en_de_big*) size=big ;; *) size=base ;; esac
+fi
+case "$size" in base|big) ;; *) die "--size must be base or big, got '$size'" ;; esac
+
+# the binarised data and its languages
+bin="$data"
+[ -d "$data/data-bin" ] && bin="$data/data-bin"
+[ -d "$bin" ] || die "no data folder $data (make one with examples/*/prepare.sh)"
+bin=$(cd "$bin" && pwd)
+dicts=("$bin"/dict.*.txt)
+[ ${#dicts[@]} = 2 ] && [ -f "${dicts[0]}" ] || die "$bin must hold exactly two dict.LANG.txt files (a fairseq-preprocess output)"
+src="" tgt=""
+if [ -f "$data/recipe.env" ]; then
+  src=$(sed -n 's/^src=//p' "$data/recipe.env"); tgt=$(sed -n 's/^tgt=//p' "$data/recipe.env")
+else
+  for f in "$bin"/train.*-*.*.bin; do
+    [ -f "$f" ] || die "no train.*.bin in $bin"
+    pair=$(basename "$f"); pair=${pair#train.}; pair=${pair%%.*}; src=${pair%-*}; tgt=${pair#*-}; break
+  done
+fi
+# one dictionary for both sides (joint BPE): share every embedding, as Vaswani et al. do;
+# two dictionaries: share the decoder's input and output embeddings only
+if cmp -s "$bin/dict.$src.txt" "$bin/dict.$tgt.txt"; then share=(--share-all-embeddings)
+else share=(--share-decoder-input-output-embed); fi
+
+# hyper-parameters (Vaswani et al. 2017, section 5; the README's Recipes section)
+if [ "$size" = base ]; then d_model=512 dropout=0.1 default_updates=100000
+else d_model=1024 dropout=0.3 default_updates=300000; fi
+warmup=4000
+# eq. 3's peak learning rate, d_model^-0.5 * warmup^-0.5, reached at the end of the warm-up
+lr=$(python -c "print(f'{$d_model ** -0.5 * $warmup ** -0.5:.3g}')")
+given_max_update=$max_update
+max_update=${max_update:-$default_updates}
+
+runner=(fairseq-train)
+# fairseq 0.12 makes --bf16 imply --tpu; this entry point is fairseq-train without that
+[ "$precision" = bf16 ] && runner=(python -m fairseq_csan.train)
+
+if [ "$tiny" = 1 ]; then
+  gpus=0 update_freq=1
+  max_update=${given_max_update:-16}
+  hw=(--cpu --num-workers 0)
+  runner=(fairseq-train)
+  tiny_args=(--encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4
+             --encoder-layers 3 --decoder-embed-dim 64 --decoder-ffn-embed-dim 128
+             --decoder-attention-heads 4 --decoder-layers 2)
+  max_tokens=1024 warmup=4 lr=0.001 save_every=4 log_every=2
+else
+  if [ -z "$gpus" ]; then
+    if [ "$dry_run" = 1 ]; then gpus=8
+    else gpus=$(python -c "import torch; print(torch.cuda.device_count())"); fi
+  fi
+  [ "$gpus" -ge 1 ] || die "no GPU found: train on GPUs, or use --cpu-tiny for a smoke run or --dry-run to see the command"
+  update_freq=$(( (8 + gpus - 1) / gpus ))
+  if [ $(( update_freq * gpus )) != 8 ]; then
+    echo "[train] warning: $gpus GPUs x update-freq $update_freq = $((update_freq * gpus)) batches per update, not the papers' 8" >&2
+  fi
+  hw=(--distributed-world-size "$gpus" --update-freq "$update_freq")
+  [ "$precision" = fp16 ] && hw+=(--fp16)
+  [ "$precision" = bf16 ] && hw+=(--bf16)
+  tiny_args=()
+  save_every=1000 log_every=100
+fi
+
+cmd=("${runner[@]}" "$bin" --user-dir "$ROOT/fairseq_csan" --arch "$arch" "${tiny_args[@]}"
+  --source-lang "$src" --target-lang "$tgt" "${share[@]}"
+  --optimizer adam --adam-betas "(0.9, 0.98)" --adam-eps 1e-9
+  --lr-scheduler inverse_sqrt --lr "$lr" --warmup-updates "$warmup" --warmup-init-lr 1e-07
+  --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+  --dropout "$dropout" --weight-decay 0.0 --clip-norm 0.0
+  --max-tokens "$max_tokens" --max-update "$max_update" "${hw[@]}"
+  --save-dir "$save" --save-interval-updates "$save_every" --keep-interval-updates 20 --no-epoch-checkpoints
+  --log-format simple --log-interval "$log_every" --seed "$seed"
+  "${extra[@]}")
+
+if [ "$dry_run" = 1 ]; then
+  quote "${cmd[@]}"; echo
+  exit 0
+fi
+
+# a save folder belongs to one run: resume it, never mix two
+mkdir -p "$save"
+identity="arch=$arch
+data=$bin
+size=$size
+seed=$seed"
+if [ -f "$save/run.env" ] && [ "$(cat "$save/run.env")" != "$identity" ]; then
+  die "$save holds another run (see $save/run.env); give a new --save-dir"
+fi
+printf '%s\n' "$identity" > "$save/run.env"
+if [ -f "$save/checkpoint_last.pt" ]; then
+  echo "[train] resuming from $save/checkpoint_last.pt" >&2
+fi
+{ quote "${cmd[@]}"; echo; } >> "$save/train_command.sh"
+echo "[train] $(quote "${cmd[@]}")" >&2
+echo "[train] log: $save/train.log (the 'ups' column is training steps/s, the papers' Speed)" >&2
+"${cmd[@]}" 2>&1 | tee -a "$save/train.log"
+python "$ROOT/scripts/score.py" speed "$save/train.log" >&2 || true
