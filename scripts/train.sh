@@ -24,7 +24,8 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
   --seed N          random seed (default 1)
   --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
   --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
-                    (default 16), a checkpoint every 4 updates; for tests and first tries
+                    (default 16), a checkpoint every 4 updates, fp32 (or --precision bf16);
+                    for tests and first tries
 Arguments after -- go to fairseq-train unchanged and override the ones above.
 EOF
 }
@@ -38,7 +39,7 @@ quote() {
   done
 }
 
-data="" arch="" save="" size="" gpus="" precision=fp16 max_tokens=4096 max_update="" seed=1
+data="" arch="" save="" size="" gpus="" precision="" max_tokens=4096 max_update="" seed=1
 dry_run=0 tiny=0 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -65,6 +66,8 @@ done
 for pair in "max-tokens:$max_tokens" "seed:$seed" ${max_update:+"max-update:$max_update"} ${gpus:+"gpus:$gpus"}; do
   [[ "${pair#*:}" =~ ^[0-9]+$ ]] || die "--${pair%%:*} must be a whole number, got '${pair#*:}'"
 done
+given_precision=$precision
+precision=${precision:-fp16}
 case "$precision" in fp16|bf16|fp32) ;; *) die "--precision must be fp16, bf16 or fp32, got '$precision'" ;; esac
 if [ -z "$size" ]; then
   case "$arch" in *_big|transformer_vaswani_wmt_en_de_big|transformer_wmt_en_de_big*) size=big ;; *) size=base ;; esac
@@ -109,7 +112,12 @@ if [ "$tiny" = 1 ]; then
   gpus=0 update_freq=1
   max_update=${given_max_update:-16}
   hw=(--cpu --num-workers 0)
-  runner=(fairseq-train)
+  # fp32 unless asked; bf16 works on the CPU, fp16 does not
+  case "$given_precision" in
+    bf16) hw+=(--bf16) ;;
+    fp16) die "--precision fp16 needs a GPU; --cpu-tiny takes fp32 (default) or bf16" ;;
+    *) runner=(fairseq-train) ;;
+  esac
   tiny_args=(--encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4
              --encoder-layers 3 --decoder-embed-dim 64 --decoder-ffn-embed-dim 128
              --decoder-attention-heads 4 --decoder-layers 2)

@@ -354,6 +354,7 @@ def test_separate_dictionaries_share_only_the_decoder_embeddings(fake_data):
     (["--size", "huge"], "--size must be base or big"),
     (["--gpus", "two"], "--gpus must be a whole number"),
     (["--fp16"], "unknown argument '--fp16' (fairseq-train arguments go after --)"),
+    (["--cpu-tiny", "--precision", "fp16"], "--precision fp16 needs a GPU"),
 ])
 def test_train_script_bad_arguments(fake_data, args, message):
     done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer",

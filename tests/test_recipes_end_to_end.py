@@ -1,0 +1,251 @@
+"""The three task recipes end to end, offline, on small real corpora from the shared data:
+prepare -> train a tiny model for a few updates on the CPU -> evaluate with every BLEU
+variant and the paired bootstrap -> collect into a table. Raw folders are laid out as the
+official downloads (plain text and SGM) or the user's ASPEC-JE copy would be."""
+
+import json
+import re
+
+import pytest
+
+from conftest import shared_corpus
+from recipe_helpers import lines, run, split_into, write, write_sgm
+
+pytestmark = pytest.mark.slow
+
+N_TRAIN, N_DEV, N_TEST, MERGES = 1200, 40, 40, 400
+
+
+def head(path, n):
+    return lines(path)[:n]
+
+
+def prepare(task, raw, out, *extra):
+    return run(["bash", f"examples/{task}/prepare.sh", "--raw-dir", raw, "--out", out,
+                "--merges", MERGES, "--workers", 2, "--no-download", *extra])
+
+
+def train(data, save, arch, *extra):
+    return run(["bash", "scripts/train.sh", "--data", data, "--arch", arch, "--save-dir", save, "--cpu-tiny", *extra])
+
+
+def evaluate(data, save, out, *extra):
+    return run(["bash", "scripts/evaluate.sh", "--data", data, "--checkpoints", save, "--out", out,
+                "--last", 2, "--cpu", "--bootstrap-samples", 200, *extra])
+
+
+def check_prepared(out, src, tgt):
+    for split, n in (("train", N_TRAIN), ("valid", N_DEV), ("test", N_TEST)):
+        for lang in (src, tgt):
+            assert len(lines(out / "raw" / f"{split}.{lang}")) == n
+            assert len(lines(out / "tok" / f"{split}.{lang}")) == n
+            if split != "train":
+                assert len(lines(out / "bpe" / f"{split}.{lang}")) == n
+    kept = len(lines(out / f"tok/train.clean.{src}"))
+    assert 0.5 * N_TRAIN < kept <= N_TRAIN
+    assert len(lines(out / f"bpe/train.{tgt}")) == kept
+    for name in ("train", "valid", "test"):
+        for lang in (src, tgt):
+            assert (out / "data-bin" / f"{name}.{src}-{tgt}.{lang}.bin").is_file()
+    return kept
+
+
+def check_results(folder, n, compound):
+    results = json.loads((folder / "results.json").read_text())
+    assert len(lines(folder / "hyp.tok")) == n and len(lines(folder / "hyp.detok")) == n
+    assert 0.0 <= results["bleu_tok"] <= 100.0
+    assert (results["bleu_compound"] is not None) == compound
+    assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert results["sacrebleu_text"].startswith("BLEU = ")
+    assert results["decode"]["sentences"] == n and results["decode"]["sent_per_s"] > 0
+    assert results["train"]["steps_per_s"] > 0 and results["train"]["params"] > 0
+    return results
+
+
+# ---------------------------------------------------------------- WMT14 En-De
+
+@pytest.fixture(scope="module")
+def ende(tmp_path_factory):
+    """Multi30k pairs as the three WMT14 training corpora, newstest2013 as plain text and
+    newstest2014 as the official SGM files, prepared, then two tiny systems trained."""
+    m30k, wmt = shared_corpus("multi30k_en_de"), shared_corpus("wmt14_en_de")
+    work = tmp_path_factory.mktemp("ende")
+    raw = work / "raw"
+    en, de = head(m30k / "train.en", N_TRAIN), head(m30k / "train.de", N_TRAIN)
+    names = ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"]
+    for name, (s, t) in zip(names, split_into(en, de, 3)):
+        write(raw / f"{name}.en", s)
+        write(raw / f"{name}.de", t)
+    write(raw / "newstest2013.en", head(wmt / "newstest2013.en", N_DEV))
+    write(raw / "newstest2013.de", head(wmt / "newstest2013.de", N_DEV))
+    write_sgm(raw / "test-full/newstest2014-deen-src.en.sgm", head(wmt / "newstest2014.en", N_TEST))
+    write_sgm(raw / "test-full/newstest2014-deen-ref.de.sgm", head(wmt / "newstest2014.de", N_TEST))
+    out = work / "prepared"
+    first = prepare("wmt14_en_de", raw, out)
+    train(out, work / "ck_base", "transformer")
+    train(out, work / "ck_csan", "transformer_csan2d")
+    return {"work": work, "raw": raw, "out": out, "first": first, "wmt": wmt}
+
+
+def test_ende_prepare_outputs(ende):
+    out = ende["out"]
+    check_prepared(out, "en", "de")
+    # joint BPE: one codes file, one dictionary for both languages
+    assert (out / "bpe/codes").is_file() and not (out / "bpe/codes.en").exists()
+    assert (out / "data-bin/dict.en.txt").read_text() == (out / "data-bin/dict.de.txt").read_text()
+    # the test set came from the SGM files, segment for segment
+    assert lines(out / "raw/test.de") == [" ".join(x.split()) for x in head(ende["wmt"] / "newstest2014.de", N_TEST)]
+    assert "merges=400" in (out / "recipe.env").read_text()
+    assert "6/6 binarise with fairseq-preprocess" in ende["first"].stderr
+
+
+def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
+    out = ende["out"]
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in ("recipe.env", "tools.txt")}
+    again = prepare("wmt14_en_de", ende["raw"], out)
+    steps = [line for line in again.stderr.splitlines() if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line)]
+    assert {line.split()[2] for line in steps} == {"1/6", "2/6", "3/6", "4/6", "5/6", "6/6"}
+    assert all(line.endswith("skipped") for line in steps)
+    assert "learn 400" not in again.stderr and "fairseq-preprocess" not in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_ende_other_settings_are_refused(ende):
+    done = run(["bash", "examples/wmt14_en_de/prepare.sh", "--raw-dir", ende["raw"], "--out", ende["out"],
+                "--merges", 500, "--no-download"], check=False)
+    assert done.returncode == 2 and "prepared with other settings" in done.stderr
+
+
+def test_ende_missing_input_stops_with_the_file_and_its_source(ende, tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for p in ende["raw"].rglob("*"):
+        if p.is_file() and "news-commentary" not in p.name:
+            target = raw / p.relative_to(ende["raw"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(p.read_bytes())
+    done = run(["bash", "examples/wmt14_en_de/prepare.sh", "--raw-dir", raw, "--out", tmp_path / "out",
+                "--no-download"], check=False)
+    assert done.returncode == 2
+    assert "missing News Commentary v9" in done.stderr
+    assert "training/news-commentary-v9.de-en.en" in done.stderr
+    assert "https://www.statmt.org/wmt14/training-parallel-nc-v9.tgz" in done.stderr
+    assert not (tmp_path / "out/raw/train.en").exists()
+
+
+def test_ende_training_resumes_and_refuses_another_run(ende):
+    save = ende["work"] / "ck_base"
+    assert sorted(p.name for p in save.glob("checkpoint_1_*.pt")) == [
+        "checkpoint_1_12.pt", "checkpoint_1_16.pt", "checkpoint_1_4.pt", "checkpoint_1_8.pt"]
+    speed = run(["python", "scripts/score.py", "speed", save / "train.log"]).stdout
+    assert "training steps/s" in speed
+    other = run(["bash", "scripts/train.sh", "--data", ende["out"], "--arch", "transformer_csan1d",
+                 "--save-dir", save, "--cpu-tiny"], check=False)
+    assert other.returncode == 2 and "holds another run" in other.stderr
+
+
+def test_ende_evaluate_with_bootstrap_and_table(ende):
+    work, out = ende["work"], ende["out"]
+    evaluate(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
+    evaluate(out, work / "ck_csan", work / "ev_csan", "--name", "+ CSANs", "--baseline", work / "ev_base")
+    base = check_results(work / "ev_base", N_TEST, compound=True)
+    csan = check_results(work / "ev_csan", N_TEST, compound=True)
+    assert base["bootstrap"] is None and base["arch"] == "transformer"
+    test = csan["bootstrap"]
+    assert test["baseline"] == "Transformer-Base" and test["samples"] == 200
+    assert 0.0 < test["p_value"] <= 1.0
+    assert test["baseline_bleu"] == pytest.approx(base["bleu_tok"]) and test["bleu"] == pytest.approx(csan["bleu_tok"])
+    table = run(["python", "scripts/collect_results.py", work / "ev_base", work / "ev_csan"]).stdout
+    assert "| System | WMT14 En⇒De #Params | WMT14 En⇒De Speed | WMT14 En⇒De BLEU |" in table
+    assert "| Transformer-Base | 0.2M |" in table and "| + CSANs | 0.2M |" in table
+    # a second evaluation keeps the averaged model and the decoding
+    again = evaluate(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
+    assert "averaged.pt exists; kept" in again.stderr and "generate.txt exists" in again.stderr
+
+
+def test_ende_resume_continues_from_the_last_checkpoint(ende):
+    save = ende["work"] / "ck_csan"
+    done = train(ende["out"], save, "transformer_csan2d", "--max-update", 20)
+    assert "resuming from" in done.stderr
+    assert "loaded checkpoint" in done.stdout.lower() and (save / "checkpoint_1_20.pt").is_file()
+
+
+def test_ende_bf16_training_through_our_entry_point(ende):
+    """--precision bf16 runs python -m fairseq_csan.train, where stock fairseq-train --bf16
+    would ask for a TPU; on the CPU the model trains in bfloat16."""
+    import torch
+
+    save = ende["work"] / "ck_bf16"
+    done = train(ende["out"], save, "transformer", "--precision", "bf16", "--max-update", 4)
+    assert "python -m fairseq_csan.train " in done.stderr
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["cfg"]["common"]["bf16"] is True and state["cfg"]["common"]["tpu"] is False
+    assert state["optimizer_history"][-1]["num_updates"] == 4
+
+
+# ---------------------------------------------------------------- WMT17 Zh-En
+
+def test_zhen_recipe(tmp_path):
+    tatoeba, wmt = shared_corpus("tatoeba_zh_en"), shared_corpus("wmt17_zh_en")
+    raw = tmp_path / "raw"
+    zh, en = head(tatoeba / "train.zh", N_TRAIN), head(tatoeba / "train.en", N_TRAIN)
+    pieces = split_into(zh, en, 4)
+    for stem, (s, t) in zip(["training/news-commentary-v12.zh-en", "en-zh/UNv1.0.en-zh", "cwmt/casia2015",
+                             "cwmt/neu2017"], pieces):
+        write(raw / f"{stem}.zh", s)
+        write(raw / f"{stem}.en", t)
+    write(raw / "newsdev2017.zh", head(wmt / "newsdev2017.zh", N_DEV))
+    write(raw / "newsdev2017.en", head(wmt / "newsdev2017.en", N_DEV))
+    write_sgm(raw / "test/newstest2017-zhen-src.zh.sgm", head(wmt / "newstest2017-zhen.zh", N_TEST))
+    write_sgm(raw / "test/newstest2017-zhen-ref.en.sgm", head(wmt / "newstest2017-zhen.en", N_TEST))
+    out = tmp_path / "prepared"
+    done = prepare("wmt17_zh_en", raw, out)
+    assert "CWMT (casia2015.zh)" in done.stderr and "CWMT (neu2017.zh)" in done.stderr
+    check_prepared(out, "zh", "en")
+    # jieba segmented the Chinese: more tokens than sentences' worth of characters split by spaces
+    assert sum(len(x.split()) for x in lines(out / "tok/test.zh")) > 3 * N_TEST
+    # separate BPE and dictionaries
+    assert (out / "bpe/codes.zh").is_file() and (out / "bpe/codes.en").is_file()
+    assert (out / "data-bin/dict.zh.txt").read_text() != (out / "data-bin/dict.en.txt").read_text()
+    train(out, tmp_path / "ck", "transformer_ctxaware")
+    evaluate(out, tmp_path / "ck", tmp_path / "ev")
+    results = check_results(tmp_path / "ev", N_TEST, compound=False)
+    assert results["task"] == "wmt17_zh_en" and results["name"] == "transformer_ctxaware"
+    assert "--share-decoder-input-output-embed" in (tmp_path / "ck/train_command.sh").read_text()
+
+
+# ---------------------------------------------------------------- WAT17 Ja-En
+
+def _aspec_folder(root, kftt):
+    """KFTT pairs laid out as an ASPEC-JE folder: train-N with five fields, dev/test with four."""
+    ja, en = head(kftt / "train.ja", N_TRAIN), head(kftt / "train.en", N_TRAIN)
+    for part, (s, t) in enumerate(split_into(ja, en, 2), 1):
+        write(root / f"train/train-{part}.txt",
+              [f"0.{900 - i} ||| D{part}-{i // 10} ||| {i + 1} ||| {a} ||| {b}" for i, (a, b) in enumerate(zip(s, t))])
+    for name, source, n in (("dev", "dev", N_DEV), ("test", "tune", N_TEST)):
+        rows = zip(head(kftt / f"{source}.ja", n), head(kftt / f"{source}.en", n))
+        write(root / f"{name}/{name}.txt", [f"D-{i // 10} ||| {i + 1} ||| {a} ||| {b}" for i, (a, b) in enumerate(rows)])
+
+
+def test_jaen_recipe(tmp_path):
+    kftt = shared_corpus("kftt30k_ja_en")
+    aspec = tmp_path / "ASPEC-JE"
+    _aspec_folder(aspec, kftt)
+    out = tmp_path / "prepared"
+    done = prepare("wat17_ja_en", aspec, out)
+    assert "ASPEC-JE train-1" in done.stderr and "ASPEC-JE train-2" in done.stderr
+    check_prepared(out, "ja", "en")
+    assert lines(out / "raw/train.en")[0] == " ".join(head(kftt / "train.en", 1)[0].split())
+    train(out, tmp_path / "ck", "transformer_csan2d")
+    evaluate(out, tmp_path / "ck", tmp_path / "ev")
+    check_results(tmp_path / "ev", N_TEST, compound=False)
+
+
+def test_jaen_missing_aspec_file(tmp_path):
+    kftt = shared_corpus("kftt30k_ja_en")
+    aspec = tmp_path / "ASPEC-JE"
+    _aspec_folder(aspec, kftt)
+    (aspec / "test/test.txt").unlink()
+    done = run(["bash", "examples/wat17_ja_en/prepare.sh", "--raw-dir", aspec, "--out", tmp_path / "out"], check=False)
+    assert done.returncode == 2
+    assert str(aspec / "test/test.txt") in done.stderr and "ASPEC is licensed" in done.stderr
