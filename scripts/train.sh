@@ -19,6 +19,8 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
   --gpus N          GPUs on this machine (default: all visible). --update-freq is 8/N, so
                     every update sees 8 x 4096 tokens, as on the papers' 8 GPUs
   --precision P     fp16 (default), bf16 or fp32
+  --share S         embedding sharing: auto (default: all with one joined dictionary, as
+                    Vaswani et al.; decoder input/output with two), all, decoder or none
   --max-tokens N    tokens per GPU per step (default 4096)
   --max-update N    training updates (default: 100000 base, 300000 big)
   --seed N          random seed (default 1)
@@ -40,7 +42,7 @@ quote() {
 }
 
 data="" arch="" save="" size="" gpus="" precision="" max_tokens=4096 max_update="" seed=1
-dry_run=0 tiny=0 extra=()
+dry_run=0 tiny=0 extra=() share_mode=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data="${2:?--data needs a folder}"; shift 2 ;;
@@ -52,6 +54,7 @@ while [ $# -gt 0 ]; do
     --max-tokens) max_tokens="${2:?--max-tokens needs a number}"; shift 2 ;;
     --max-update) max_update="${2:?--max-update needs a number}"; shift 2 ;;
     --seed) seed="${2:?--seed needs a number}"; shift 2 ;;
+    --share) share_mode="${2:?--share needs auto, all, decoder or none}"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --cpu-tiny) tiny=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -73,6 +76,7 @@ if [ -z "$size" ]; then
   case "$arch" in *_big|transformer_vaswani_wmt_en_de_big|transformer_wmt_en_de_big*) size=big ;; *) size=base ;; esac
 fi
 case "$size" in base|big) ;; *) die "--size must be base or big, got '$size'" ;; esac
+case "$share_mode" in auto|all|decoder|none) ;; *) die "--share must be auto, all, decoder or none, got '$share_mode'" ;; esac
 
 # the binarised data and its languages
 bin="$data"
@@ -92,8 +96,15 @@ else
 fi
 # one dictionary for both sides (joint BPE): share every embedding, as Vaswani et al. do;
 # two dictionaries: share the decoder's input and output embeddings only
-if cmp -s "$bin/dict.$src.txt" "$bin/dict.$tgt.txt"; then share=(--share-all-embeddings)
-else share=(--share-decoder-input-output-embed); fi
+joined=0
+cmp -s "$bin/dict.$src.txt" "$bin/dict.$tgt.txt" && joined=1
+if [ "$share_mode" = auto ]; then share_mode=decoder; [ "$joined" = 1 ] && share_mode=all; fi
+[ "$share_mode" = all ] && [ "$joined" = 0 ] && die "--share all needs one joined dictionary; $bin has two different ones"
+case "$share_mode" in
+  all) share=(--share-all-embeddings) ;;
+  decoder) share=(--share-decoder-input-output-embed) ;;
+  none) share=() ;;
+esac
 
 # hyper-parameters (Vaswani et al. 2017, section 5; the README's Recipes section)
 if [ "$size" = base ]; then d_model=512 dropout=0.1 default_updates=100000

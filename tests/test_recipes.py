@@ -344,14 +344,20 @@ def test_dry_run_big_settings_fewer_gpus_and_bf16(fake_data):
 
 
 def test_separate_dictionaries_share_only_the_decoder_embeddings(fake_data):
+    command, _ = dry_run(fake_data, "--arch", "transformer", "--share", "none")
+    assert "--share-" not in command
     write(fake_data / "data-bin/dict.de.txt", ["c 5"])
     command, _ = dry_run(fake_data, "--arch", "transformer")
     assert "--share-decoder-input-output-embed" in command and "--share-all-embeddings" not in command
+    done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer", "--save-dir", "/c",
+                "--dry-run", "--share", "all"], check=False)
+    assert done.returncode == 2 and "--share all needs one joined dictionary" in done.stderr
 
 
 @pytest.mark.parametrize("args, message", [
     (["--precision", "fp8"], "--precision must be fp16, bf16 or fp32"),
     (["--size", "huge"], "--size must be base or big"),
+    (["--share", "some"], "--share must be auto, all, decoder or none"),
     (["--gpus", "two"], "--gpus must be a whole number"),
     (["--fp16"], "unknown argument '--fp16' (fairseq-train arguments go after --)"),
     (["--cpu-tiny", "--precision", "fp16"], "--precision fp16 needs a GPU"),
