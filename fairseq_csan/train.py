@@ -8,6 +8,8 @@ undone: an explicit ``--tpu`` is kept, ``--bf16`` alone trains on the GPUs (or t
 for bf16 once ``tpu`` is false. Every other argument behaves as in fairseq-train.
 """
 
+import logging
+import os
 import sys
 
 from fairseq import options
@@ -30,6 +32,16 @@ def main():
     options.parse_args_and_arch = bf16_without_tpu(options.parse_args_and_arch)
     from fairseq_cli.train import cli_main
 
+    # fairseq_cli.train configures logging when imported, but importing this package (and
+    # fairseq) first has already given the root logger a handler, so its configuration is
+    # skipped; set fairseq-train's own format again, so the log (and its 'ups') reads the same
+    logging.basicConfig(
+        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        level=os.environ.get("LOGLEVEL", "INFO").upper(),
+        stream=sys.stdout,
+        force=True,
+    )
     cli_main()
 
 

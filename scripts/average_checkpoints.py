@@ -9,6 +9,7 @@ and the hub interface load it as any checkpoint.
 
 usage: python scripts/average_checkpoints.py --inputs A.pt B.pt ... --output avg.pt
        python scripts/average_checkpoints.py --dir CHECKPOINTS --last N --output avg.pt
+       python scripts/average_checkpoints.py --dir CHECKPOINTS --last N --list   (which ones)
 
 With --dir/--last, the N newest numbered checkpoints are taken: checkpoint_E_U.pt (saved
 every --save-interval-updates) when the folder has any, else checkpointE.pt (one per epoch).
@@ -82,16 +83,22 @@ def main(argv=None):
     source.add_argument("--inputs", nargs="+", type=Path, help="checkpoint files to average")
     source.add_argument("--dir", type=Path, help="a checkpoint folder; with --last N")
     parser.add_argument("--last", type=int, help="how many of the newest numbered checkpoints in --dir")
-    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--output", type=Path)
     parser.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    parser.add_argument("--list", action="store_true", help="print the checkpoints it would average, and exit")
     args = parser.parse_args(argv)
+    if args.output is None and not args.list:
+        parser.error("--output is required (or --list)")
     if args.dir is not None and (args.last is None or args.last < 1):
         parser.error("--dir needs --last N with N >= 1")
     if args.inputs is not None and args.last is not None:
         parser.error("--last goes with --dir, not --inputs")
+    paths = args.inputs if args.inputs is not None else newest_checkpoints(args.dir, args.last)
+    if args.list:
+        print("\n".join(str(p) for p in paths))
+        return
     if args.output.exists() and not args.force:
         raise SystemExit(f"average_checkpoints: {args.output} exists; pass --force to overwrite it")
-    paths = args.inputs if args.inputs is not None else newest_checkpoints(args.dir, args.last)
     print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}", file=sys.stderr)
     averaged = average(paths)
     args.output.parent.mkdir(parents=True, exist_ok=True)

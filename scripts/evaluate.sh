@@ -4,7 +4,7 @@
 # for En-De), sacreBLEU with its signature, decoding speed, and, given the baseline's
 # evaluation, paired bootstrap significance. See the README's "Recipes" section.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 
 usage() {
   cat <<'EOF'
@@ -12,8 +12,10 @@ usage: scripts/evaluate.sh --data DIR --checkpoints DIR --out DIR [options]
 
   --data DIR         the folder made by examples/*/prepare.sh
   --checkpoints DIR  the --save-dir of scripts/train.sh
-  --out DIR          where the outputs go (averaged.pt, generate.txt, hyp.tok, hyp.detok,
-                     results.json, results.md)
+  --out DIR          where the outputs go (evaluation.env, averaged.pt, generate.txt,
+                     generate.log, hyp.tok, hyp.detok, results.json, results.md); run again
+                     with the same checkpoints and settings, it keeps the average and the
+                     decoding and scores again
   --last N           average the N newest interval checkpoints (default 5 for base runs,
                      20 for big ones, as Vaswani et al. 2017)
   --checkpoint FILE  evaluate this checkpoint instead of an average
@@ -24,7 +26,8 @@ usage: scripts/evaluate.sh --data DIR --checkpoints DIR --out DIR [options]
   --bootstrap-samples N  resamples for the bootstrap (default 1000)
   --name NAME        the system's name in tables (default: its architecture)
   --cpu              decode on the CPU            --fp16   decode in fp16 (GPU)
-  --force            average and decode again even where the outputs exist
+  --force            redo the evaluation in an --out that holds one of other checkpoints
+                     or settings (its outputs are replaced)
 EOF
 }
 
@@ -77,41 +80,65 @@ fi
 if [ -z "$last" ]; then last=5; [ "$size" = big ] && last=20; fi
 mkdir -p "$out"
 
-# 1 the weights: one checkpoint, or the average of the last N
+# what this evaluation is of: the checkpoints (with their modification times) and the
+# decoding settings. An --out holding another evaluation is refused unless --force is given.
 if [ -n "$checkpoint" ]; then
   [ -f "$checkpoint" ] || die "no checkpoint $checkpoint"
+  inputs=("$checkpoint")
+else
+  mapfile -t inputs < <(python "$ROOT/scripts/average_checkpoints.py" --dir "$ckdir" --last "$last" --list) \
+    && [ ${#inputs[@]} -gt 0 ] || die "cannot choose the last $last checkpoints of $ckdir (see above)"
+fi
+identity="$(for f in "${inputs[@]}"; do echo "checkpoint=$(cd "$(dirname "$f")" && pwd -P)/$(basename "$f") $(stat -c %Y "$f")"; done)
+averaged=$([ -n "$checkpoint" ] && echo no || echo yes)
+subset=$subset
+beam=$beam
+lenpen=$lenpen
+batch_size=$batch
+decoding=${hw[*]:-gpu fp32}"
+if [ -f "$out/evaluation.env" ] && [ "$(cat "$out/evaluation.env")" != "$identity" ]; then
+  [ "$force" = 1 ] || die "$out holds an evaluation of other checkpoints or settings (see $out/evaluation.env); use --force to redo it, or another --out"
+fi
+if [ "$force" = 1 ] || [ ! -f "$out/evaluation.env" ] || [ "$(cat "$out/evaluation.env")" != "$identity" ]; then
+  rm -f "$out"/averaged.pt "$out"/generate.txt "$out"/generate.log "$out"/hyp.tok "$out"/hyp.detok "$out"/results.json "$out"/results.md
+fi
+printf '%s\n' "$identity" > "$out/evaluation.env"
+
+# 1 the weights: one checkpoint, or the average of the last N
+if [ -n "$checkpoint" ]; then
   model="$checkpoint"
   log "1/3 evaluating $checkpoint (no averaging)"
 else
   model="$out/averaged.pt"
-  if [ "$force" = 0 ] && [ -f "$model" ]; then
-    log "1/3 $model exists; kept (--force to average again)"
+  if [ -f "$model" ]; then
+    log "1/3 $model (the same checkpoints) exists; kept"
   else
     log "1/3 averaging the last $last checkpoints of $ckdir"
-    python "$ROOT/scripts/average_checkpoints.py" --dir "$ckdir" --last "$last" --output "$model" --force
+    python "$ROOT/scripts/average_checkpoints.py" --inputs "${inputs[@]}" --output "$model" --force
   fi
 fi
 
 # 2 decode
 gen="$out/generate.txt"
-if [ "$force" = 0 ] && [ -f "$gen" ] && [ "$gen" -nt "$model" ]; then
-  log "2/3 $gen exists and is newer than the model; kept (--force to decode again)"
+if [ -f "$gen" ]; then
+  log "2/3 $gen (the same model and settings) exists; kept"
 else
   log "2/3 decoding $subset: beam $beam, length penalty $lenpen, output length <= source + 50"
-  # stdout (the hypotheses) and stderr (the timing line) both go to generate.txt
+  # the hypotheses (stdout) and the log with the timing line (stderr) go to separate files,
+  # so that no log line can land inside a hypothesis
   if ! fairseq-generate "$data/data-bin" --user-dir "$ROOT/fairseq_csan" --path "$model" \
       --source-lang "$src" --target-lang "$tgt" --gen-subset "$subset" \
       --beam "$beam" --lenpen "$lenpen" --max-len-a 1 --max-len-b 50 --remove-bpe \
-      --batch-size "$batch" "${hw[@]}" > "$gen.tmp" 2>&1; then
-    tail -20 "$gen.tmp" >&2
-    die "fairseq-generate failed (its whole output: $gen.tmp)"
+      --batch-size "$batch" "${hw[@]}" > "$gen.tmp" 2> "$out/generate.log"; then
+    tail -20 "$out/generate.log" >&2
+    die "fairseq-generate failed (its log: $out/generate.log)"
   fi
   mv "$gen.tmp" "$gen"
 fi
 
 # 3 score
 log "3/3 scoring"
-score_args=(--generate-log "$gen" --ref-tok "$data/tok/$subset.$tgt" --ref-raw "$data/raw/$subset.$tgt"
+score_args=(--generate-log "$gen" --decode-log "$out/generate.log" --ref-tok "$data/tok/$subset.$tgt" --ref-raw "$data/raw/$subset.$tgt"
   --lang "$tgt" --out "$out" --name "${name:-${arch:-$(basename "$out")}}" --task "$task"
   --bootstrap-samples "$samples")
 [ -n "$arch" ] && score_args+=(--arch "$arch")

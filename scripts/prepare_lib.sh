@@ -3,7 +3,8 @@
 # The task script sets TASK, SRC, TGT, JOINT_BPE (1: one BPE model and one dictionary for
 # both languages; 0: one each) and CLEAN_RATIO, then calls `prepare_main "$@"`.
 #
-# Steps, each skipped when its outputs exist (--force redoes them all):
+# Steps, each skipped when its outputs exist and are newer than its inputs, as make would
+# (--force deletes every output of this script first and redoes them all):
 #   1 gather   raw corpora -> OUT/raw/{train,valid,test}.{SRC,TGT}    (scripts/corpora.py)
 #   2 tokenise Moses (en, de), jieba (zh), MeCab (ja) -> OUT/tok/      (scripts/text_tools.py)
 #   3 clean    training pairs: empty, > CLEAN_MAX_LEN tokens, ratio > CLEAN_RATIO
@@ -27,13 +28,23 @@ usage: $0 [--raw-dir DIR] [--out DIR] [--merges N] [--workers N] [--no-download]
   --merges N     BPE merge operations (default: 32000, as the papers)
   --workers N    processes for tokenisation, BPE and binarisation (default: all cores)
   --no-download  never download; stop with a message when a corpus is missing
-  --force        redo every step, overwriting finished outputs
+  --force        delete this script's outputs in OUT (not the downloads) and redo every step
   --list         print what the raw folder must hold, and exit
 EOF
 }
 
 # all_exist FILE...: true when every file exists
 all_exist() { for f in "$@"; do [ -e "$f" ] || return 1; done; }
+# up_to_date OUTPUT... -- INPUT...: every output exists and is newer than every input
+up_to_date() {
+  local outs=() f g
+  while [ "$1" != -- ]; do outs+=("$1"); shift; done; shift
+  [ "$force" = 0 ] || return 1
+  for f in "${outs[@]}"; do
+    [ -e "$f" ] || return 1
+    for g in "$@"; do [ "$f" -nt "$g" ] || return 1; done
+  done
+}
 
 prepare_main() {
   local raw="${!RAW_ENV:-}" out="data/$TASK" merges=32000 workers download=1 force=0
@@ -77,6 +88,12 @@ clean_ratio=$CLEAN_RATIO"
   if [ -f "$out/recipe.env" ] && [ "$force" = 0 ] && [ "$(cat "$out/recipe.env")" != "$settings" ]; then
     die "$out was prepared with other settings (see $out/recipe.env); use --force to redo it or another --out"
   fi
+  if [ "$force" = 1 ]; then
+    # every derived output goes, so an interrupted --force run cannot leave old ones behind
+    # that a later run would take for finished (downloads stay)
+    log "--force: removing $out/raw, tok, bpe and data-bin"
+    rm -rf "$out/raw" "$out/tok" "$out/bpe" "$out/data-bin" "$out/data-bin.tmp"
+  fi
   printf '%s\n' "$settings" > "$out/recipe.env"
   python "$RECIPE_ROOT/scripts/text_tools.py" versions > "$out/tools.txt"
   local started=$SECONDS
@@ -84,8 +101,7 @@ clean_ratio=$CLEAN_RATIO"
   # 1 gather
   local split gather_args=()
   [ "$download" = 1 ] || gather_args+=(--no-download)
-  [ "$force" = 1 ] && gather_args+=(--force)
-  if [ "$force" = 0 ] && all_exist "$out"/raw/{train,valid,test}."$SRC" "$out"/raw/{train,valid,test}."$TGT"; then
+  if all_exist "$out"/raw/{train,valid,test}."$SRC" "$out"/raw/{train,valid,test}."$TGT"; then
     log "1/6 gather: $out/raw complete; skipped"
   else
     log "1/6 gather raw corpora from $raw"
@@ -96,8 +112,8 @@ clean_ratio=$CLEAN_RATIO"
   mkdir -p "$out/tok"
   for split in train valid test; do
     for lang in "$SRC" "$TGT"; do
-      if [ "$force" = 0 ] && [ -e "$out/tok/$split.$lang" ]; then
-        log "2/6 tokenise: $out/tok/$split.$lang exists; skipped"
+      if up_to_date "$out/tok/$split.$lang" -- "$out/raw/$split.$lang"; then
+        log "2/6 tokenise: $out/tok/$split.$lang up to date; skipped"
       else
         log "2/6 tokenise $split.$lang"
         python "$RECIPE_ROOT/scripts/text_tools.py" tokenize --lang "$lang" --workers "$workers" \
@@ -107,8 +123,8 @@ clean_ratio=$CLEAN_RATIO"
   done
 
   # 3 clean the training pairs
-  if [ "$force" = 0 ] && all_exist "$out/tok/train.clean.$SRC" "$out/tok/train.clean.$TGT"; then
-    log "3/6 clean: $out/tok/train.clean.* exist; skipped"
+  if up_to_date "$out/tok/train.clean.$SRC" "$out/tok/train.clean.$TGT" -- "$out/tok/train.$SRC" "$out/tok/train.$TGT"; then
+    log "3/6 clean: $out/tok/train.clean.* up to date; skipped"
   else
     log "3/6 clean training pairs (1..$clean_max_len tokens, ratio <= $CLEAN_RATIO)"
     python "$RECIPE_ROOT/scripts/text_tools.py" clean --max-len "$clean_max_len" --ratio "$CLEAN_RATIO" \
@@ -121,8 +137,8 @@ clean_ratio=$CLEAN_RATIO"
   local codes_src codes_tgt
   if [ "$JOINT_BPE" = 1 ]; then
     codes_src="$out/bpe/codes"; codes_tgt="$out/bpe/codes"
-    if [ "$force" = 0 ] && [ -e "$codes_src" ]; then
-      log "4/6 BPE: $codes_src exists; skipped"
+    if up_to_date "$codes_src" -- "$out/tok/train.clean.$SRC" "$out/tok/train.clean.$TGT"; then
+      log "4/6 BPE: $codes_src up to date; skipped"
     else
       log "4/6 learn $merges joint BPE merges on $SRC+$TGT (subword-nmt; long on the full corpus)"
       cat "$out/tok/train.clean.$SRC" "$out/tok/train.clean.$TGT" \
@@ -132,8 +148,8 @@ clean_ratio=$CLEAN_RATIO"
   else
     codes_src="$out/bpe/codes.$SRC"; codes_tgt="$out/bpe/codes.$TGT"
     for lang in "$SRC" "$TGT"; do
-      if [ "$force" = 0 ] && [ -e "$out/bpe/codes.$lang" ]; then
-        log "4/6 BPE: $out/bpe/codes.$lang exists; skipped"
+      if up_to_date "$out/bpe/codes.$lang" -- "$out/tok/train.clean.$lang"; then
+        log "4/6 BPE: $out/bpe/codes.$lang up to date; skipped"
       else
         log "4/6 learn $merges BPE merges on $lang (subword-nmt; long on the full corpus)"
         subword-nmt learn-bpe -s "$merges" < "$out/tok/train.clean.$lang" > "$out/bpe/codes.$lang.tmp"
@@ -149,8 +165,8 @@ clean_ratio=$CLEAN_RATIO"
       name="$split"; input="$out/tok/$split.$lang"
       [ "$split" = train ] && input="$out/tok/train.clean.$lang"
       codes=$codes_src; [ "$lang" = "$TGT" ] && codes=$codes_tgt
-      if [ "$force" = 0 ] && [ -e "$out/bpe/$name.$lang" ]; then
-        log "5/6 apply BPE: $out/bpe/$name.$lang exists; skipped"
+      if up_to_date "$out/bpe/$name.$lang" -- "$input" "$codes"; then
+        log "5/6 apply BPE: $out/bpe/$name.$lang up to date; skipped"
       else
         log "5/6 apply BPE to $name.$lang"
         subword-nmt apply-bpe -c "$codes" --num-workers "$workers" \
@@ -161,8 +177,8 @@ clean_ratio=$CLEAN_RATIO"
   done
 
   # 6 binarise
-  if [ "$force" = 0 ] && [ -e "$out/data-bin/dict.$SRC.txt" ]; then
-    log "6/6 binarise: $out/data-bin exists; skipped"
+  if up_to_date "$out/data-bin/dict.$SRC.txt" -- "$out"/bpe/{train,valid,test}."$SRC" "$out"/bpe/{train,valid,test}."$TGT"; then
+    log "6/6 binarise: $out/data-bin up to date; skipped"
   else
     log "6/6 binarise with fairseq-preprocess"
     local joined=()

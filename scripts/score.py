@@ -1,8 +1,8 @@
 """Scores of one evaluated system, as the papers report them (used by scripts/evaluate.sh).
 
 usage:
-  python scripts/score.py score --generate-log GEN --ref-tok REF.tok --ref-raw REF --lang L \
-      --out DIR [--compound-split] [--train-log LOG] [--baseline DIR] [--name NAME] \
+  python scripts/score.py score --generate-log GEN [--decode-log LOG] --ref-tok REF.tok \
+      --ref-raw REF --lang L --out DIR [--compound-split] [--train-log LOG] [--baseline DIR] [--name NAME] \
       [--arch ARCH] [--task TASK] [--bootstrap-samples 1000]
   python scripts/score.py speed TRAIN_LOG
 
@@ -16,7 +16,7 @@ and prints them. The figures:
   bleu_compound  (--compound-split, En-De) the same after splitting hyphenated compounds,
                  "a-b" -> "a ##AT##-##AT## b" on both sides, the customary WMT14 En-De number
   sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature
-  decode_sent_per_s  from fairseq-generate's own timing line
+  decode_sent_per_s  from fairseq-generate's own timing line (in LOG, its standard error)
   train_steps_per_s  mean of the 'ups' column of the training log's train_inner lines
   params         the trained parameter count fairseq logged at the start of training
   bootstrap      with --baseline: sacreBLEU's paired bootstrap resampling (--paired-bs) of
@@ -29,7 +29,6 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU
@@ -145,7 +144,7 @@ def score(args):
         "sacrebleu": sacre_score.score,
         "sacrebleu_signature": str(sacre.get_signature()),
         "sacrebleu_text": str(sacre_score),
-        "decode": decode_speed(args.generate_log),
+        "decode": decode_speed(args.decode_log or args.generate_log),
         "train": train_speed(args.train_log),
         "bootstrap": None,
         "mark": "",
@@ -193,7 +192,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sc = sub.add_parser("score")
-    sc.add_argument("--generate-log", type=Path, required=True)
+    sc.add_argument("--generate-log", type=Path, required=True, help="fairseq-generate's standard output")
+    sc.add_argument("--decode-log", type=Path, help="its standard error, with the timing line (default: GEN)")
     sc.add_argument("--ref-tok", type=Path, required=True)
     sc.add_argument("--ref-raw", type=Path, required=True)
     sc.add_argument("--lang", required=True, help="target language, for detokenisation")

@@ -136,6 +136,10 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5):
                     kept += 1
                 else:
                     dropped += 1
+    except UnicodeDecodeError as error:
+        for p in parts:
+            p.unlink(missing_ok=True)
+        raise SystemExit(f"clean: {src_in} or {tgt_in} is not UTF-8 ({error})")
     except ValueError as error:  # zip(strict=True): the files are not line-aligned
         for p in parts:
             p.unlink(missing_ok=True)

@@ -3,7 +3,7 @@
 # hyper-parameters (Vaswani et al. 2017) on 8 GPUs x 4096 tokens. See the README's
 # "Recipes" section for where every hyper-parameter comes from.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 
 usage() {
   cat <<'EOF'
@@ -171,7 +171,9 @@ mkdir -p "$save"
 identity="arch=$arch
 data=$bin
 size=$size
-seed=$seed"
+seed=$seed
+share=$share_mode
+tiny=$tiny"
 if [ -f "$save/run.env" ] && [ "$(cat "$save/run.env")" != "$identity" ]; then
   die "$save holds another run (see $save/run.env); give a new --save-dir"
 fi

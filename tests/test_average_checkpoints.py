@@ -64,6 +64,15 @@ def test_last_n_takes_the_newest_update_checkpoints(checkpoints, tmp_path):
     assert torch.load(out, map_location="cpu")["extra_state"]["averaged_from"] == [str(p) for p in paths[1:]]
 
 
+def test_list_prints_the_choice_without_writing(checkpoints, tmp_path, capsys):
+    _, paths, _ = checkpoints
+    average_checkpoints.main(["--dir", str(tmp_path), "--last", "2", "--list"])
+    assert capsys.readouterr().out.splitlines() == [str(p) for p in paths[1:]]
+    assert not list(tmp_path.glob("*avg*")) and len(list(tmp_path.glob("*.pt"))) == 4
+    with pytest.raises(SystemExit):
+        average_checkpoints.main(["--dir", str(tmp_path), "--last", "2"])  # neither --output nor --list
+
+
 def test_epoch_checkpoints_when_there_are_no_update_checkpoints(tmp_path):
     for name in ("checkpoint2.pt", "checkpoint10.pt", "checkpoint9.pt", "checkpoint_best.pt"):
         (tmp_path / name).write_bytes(b"")

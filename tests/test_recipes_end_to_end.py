@@ -4,6 +4,7 @@ variant and the paired bootstrap -> collect into a table. Raw folders are laid o
 official downloads (plain text and SGM) or the user's ASPEC-JE copy would be."""
 
 import json
+import os
 import re
 
 import pytest
@@ -32,6 +33,20 @@ def train(data, save, arch, *extra):
 def evaluate(data, save, out, *extra):
     return run(["bash", "scripts/evaluate.sh", "--data", data, "--checkpoints", save, "--out", out,
                 "--last", 2, "--cpu", "--bootstrap-samples", 200, *extra])
+
+
+def lay_out_wmt(raw, langs, train, train_stems, dev, dev_name, test, test_src_sgm, test_ref_sgm):
+    """A WMT raw folder: the first N_TRAIN pairs of ``train`` cut into one piece per training
+    corpus, N_DEV dev pairs as plain text, N_TEST test pairs as the official SGM files."""
+    src, tgt = langs
+    pieces = split_into(head(f"{train}.{src}", N_TRAIN), head(f"{train}.{tgt}", N_TRAIN), len(train_stems))
+    for stem, (s, t) in zip(train_stems, pieces):
+        write(raw / f"{stem}.{src}", s)
+        write(raw / f"{stem}.{tgt}", t)
+    for lang in langs:
+        write(raw / f"{dev_name}.{lang}", head(f"{dev}.{lang}", N_DEV))
+    write_sgm(raw / test_src_sgm, head(f"{test}.{src}", N_TEST))
+    write_sgm(raw / test_ref_sgm, head(f"{test}.{tgt}", N_TEST))
 
 
 def check_prepared(out, src, tgt):
@@ -71,15 +86,10 @@ def ende(tmp_path_factory):
     m30k, wmt = shared_corpus("multi30k_en_de"), shared_corpus("wmt14_en_de")
     work = tmp_path_factory.mktemp("ende")
     raw = work / "raw"
-    en, de = head(m30k / "train.en", N_TRAIN), head(m30k / "train.de", N_TRAIN)
-    names = ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"]
-    for name, (s, t) in zip(names, split_into(en, de, 3)):
-        write(raw / f"{name}.en", s)
-        write(raw / f"{name}.de", t)
-    write(raw / "newstest2013.en", head(wmt / "newstest2013.en", N_DEV))
-    write(raw / "newstest2013.de", head(wmt / "newstest2013.de", N_DEV))
-    write_sgm(raw / "test-full/newstest2014-deen-src.en.sgm", head(wmt / "newstest2014.en", N_TEST))
-    write_sgm(raw / "test-full/newstest2014-deen-ref.de.sgm", head(wmt / "newstest2014.de", N_TEST))
+    lay_out_wmt(raw, ("en", "de"), m30k / "train",
+                ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"],
+                wmt / "newstest2013", "newstest2013",
+                wmt / "newstest2014", "test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm")
     out = work / "prepared"
     first = prepare("wmt14_en_de", raw, out)
     train(out, work / "ck_base", "transformer")
@@ -108,6 +118,12 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
     assert all(line.endswith("skipped") for line in steps)
     assert "learn 400" not in again.stderr and "fairseq-preprocess" not in again.stderr
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # an input newer than its outputs: the steps after it are redone, the ones before are not
+    os.utime(out / "tok/train.clean.de")
+    again = prepare("wmt14_en_de", ende["raw"], out)
+    assert "3/6 clean: " in again.stderr and "up to date; skipped" in again.stderr
+    assert "4/6 learn 400 joint BPE merges" in again.stderr and "6/6 binarise with fairseq-preprocess" in again.stderr
+    assert "5/6 apply BPE to valid.en" in again.stderr
 
 
 def test_ende_other_settings_are_refused(ende):
@@ -158,9 +174,19 @@ def test_ende_evaluate_with_bootstrap_and_table(ende):
     table = run(["python", "scripts/collect_results.py", work / "ev_base", work / "ev_csan"]).stdout
     assert "| System | WMT14 En⇒De #Params | WMT14 En⇒De Speed | WMT14 En⇒De BLEU |" in table
     assert "| Transformer-Base | 0.2M |" in table and "| + CSANs | 0.2M |" in table
-    # a second evaluation keeps the averaged model and the decoding
+    # a second evaluation of the same checkpoints and settings keeps the average and the decoding
+    stamps = [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")]
     again = evaluate(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
-    assert "averaged.pt exists; kept" in again.stderr and "generate.txt exists" in again.stderr
+    assert "averaged.pt (the same checkpoints) exists; kept" in again.stderr
+    assert "generate.txt (the same model and settings) exists; kept" in again.stderr
+    assert [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")] == stamps
+    # other settings in the same folder: refused, then redone with --force
+    other = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoints", work / "ck_base",
+                 "--out", work / "ev_base", "--last", 3, "--cpu"], check=False)
+    assert other.returncode == 2 and "holds an evaluation of other checkpoints or settings" in other.stderr
+    redone = evaluate(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force")
+    assert "1/3 averaging the last 2" in redone.stderr and "2/3 decoding test: beam 1" in redone.stderr
+    assert "beam=1" in (work / "ev_base/evaluation.env").read_text()
 
 
 def test_ende_resume_continues_from_the_last_checkpoint(ende):
@@ -176,11 +202,13 @@ def test_ende_bf16_training_through_our_entry_point(ende):
     import torch
 
     save = ende["work"] / "ck_bf16"
-    done = train(ende["out"], save, "transformer", "--precision", "bf16", "--max-update", 4)
+    done = train(ende["out"], save, "transformer", "--precision", "bf16", "--max-update", 2)
     assert "python -m fairseq_csan.train " in done.stderr
+    # fairseq-train's log format, so the speed is found as for the other runs
+    assert "| train_inner |" in done.stdout and "training steps/s" in done.stderr
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["cfg"]["common"]["bf16"] is True and state["cfg"]["common"]["tpu"] is False
-    assert state["optimizer_history"][-1]["num_updates"] == 4
+    assert state["optimizer_history"][-1]["num_updates"] == 2
 
 
 # ---------------------------------------------------------------- WMT17 Zh-En
@@ -188,16 +216,10 @@ def test_ende_bf16_training_through_our_entry_point(ende):
 def test_zhen_recipe(tmp_path):
     tatoeba, wmt = shared_corpus("tatoeba_zh_en"), shared_corpus("wmt17_zh_en")
     raw = tmp_path / "raw"
-    zh, en = head(tatoeba / "train.zh", N_TRAIN), head(tatoeba / "train.en", N_TRAIN)
-    pieces = split_into(zh, en, 4)
-    for stem, (s, t) in zip(["training/news-commentary-v12.zh-en", "en-zh/UNv1.0.en-zh", "cwmt/casia2015",
-                             "cwmt/neu2017"], pieces):
-        write(raw / f"{stem}.zh", s)
-        write(raw / f"{stem}.en", t)
-    write(raw / "newsdev2017.zh", head(wmt / "newsdev2017.zh", N_DEV))
-    write(raw / "newsdev2017.en", head(wmt / "newsdev2017.en", N_DEV))
-    write_sgm(raw / "test/newstest2017-zhen-src.zh.sgm", head(wmt / "newstest2017-zhen.zh", N_TEST))
-    write_sgm(raw / "test/newstest2017-zhen-ref.en.sgm", head(wmt / "newstest2017-zhen.en", N_TEST))
+    lay_out_wmt(raw, ("zh", "en"), tatoeba / "train",
+                ["training/news-commentary-v12.zh-en", "en-zh/UNv1.0.en-zh", "cwmt/casia2015", "cwmt/neu2017"],
+                wmt / "newsdev2017", "newsdev2017",
+                wmt / "newstest2017-zhen", "test/newstest2017-zhen-src.zh.sgm", "test/newstest2017-zhen-ref.en.sgm")
     out = tmp_path / "prepared"
     done = prepare("wmt17_zh_en", raw, out)
     assert "CWMT (casia2015.zh)" in done.stderr and "CWMT (neu2017.zh)" in done.stderr
@@ -239,6 +261,13 @@ def test_jaen_recipe(tmp_path):
     train(out, tmp_path / "ck", "transformer_csan2d")
     evaluate(out, tmp_path / "ck", tmp_path / "ev")
     check_results(tmp_path / "ev", N_TEST, compound=False)
+    # --force with other settings deletes the outputs (never the ASPEC folder) and redoes them
+    before = sorted(p for p in aspec.rglob("*"))
+    redone = prepare("wat17_ja_en", aspec, out, "--merges", 300, "--force")
+    assert "--force: removing" in redone.stderr and "learn 300 BPE merges on ja" in redone.stderr
+    assert "merges=300" in (out / "recipe.env").read_text()
+    assert sorted(p for p in aspec.rglob("*")) == before
+    check_prepared(out, "ja", "en")
 
 
 def test_jaen_missing_aspec_file(tmp_path):
