@@ -8,6 +8,7 @@ replace torch 2.13 with the older torch that the newest torchaudio pins. See the
 from setuptools import find_packages, setup
 
 RECIPES = ["sacremoses>=0.1", "jieba>=0.42", "fugashi>=1.3", "unidic-lite>=1.0.8"]
+ANALYSIS = ["matplotlib>=3.5"]
 
 setup(
     name="fairseq_csan",
@@ -38,6 +39,8 @@ setup(
         # Chinese segmentation (jieba) and Japanese segmentation (MeCab through fugashi, with
         # the UniDic-lite dictionary, all from PyPI and usable offline)
         "recipes": RECIPES,
-        "test": ["pytest>=7", *RECIPES],
+        # the analysis commands' plots (scripts/analysis/)
+        "analysis": ANALYSIS,
+        "test": ["pytest>=7", *RECIPES, *ANALYSIS],
     },
 )

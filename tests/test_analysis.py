@@ -1,0 +1,98 @@
+"""The analysis commands on small outputs made here, their numbers checked by hand."""
+
+import csv
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from recipe_helpers import SCRIPTS, run, write
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"analysis_{name}", SCRIPTS / "analysis" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ngram_gap = load("ngram_gap")
+length_buckets = load("length_buckets")
+
+REF = ["a b c d", "the cat"]
+BASE = ["a b x y", "the the"]
+SYS = ["a b c y", "the cat"]
+
+
+def test_ngram_precisions_by_hand():
+    # order 1: baseline (a, b | the, clipped to one) 3 of 6, system (a, b, c | the, cat) 5 of 6
+    # order 2: baseline (a b) 1 of 4, system (a b, b c | the cat) 3 of 4
+    # order 3: baseline 0 of 2, system (a b c) 1 of 2; order 4: 0 of 1 for both
+    assert ngram_gap.precisions(BASE, REF, 4) == pytest.approx([50.0, 25.0, 0.0, 0.0])
+    assert ngram_gap.precisions(SYS, REF, 4) == pytest.approx([500 / 6, 75.0, 50.0, 0.0])
+    rows = ngram_gap.analyse(REF, ("base", BASE), [("sys", SYS)], 4)
+    assert [r[1] for r in rows] == [1, 2, 3, 4]
+    assert [r[4] for r in rows] == pytest.approx([500 / 6 - 50, 50.0, 50.0, 0.0])
+    # BLEU up to order 1 is the unigram precision (no brevity penalty: equal lengths)
+    assert rows[0][5] == pytest.approx(500 / 6)
+
+
+def test_equal_groups_keep_equal_lengths_together():
+    lengths = [3, 1, 2, 2, 5, 4]
+    assert length_buckets.equal_groups(lengths, 3) == [[1, 2, 3], [0], [5, 4]]
+    assert length_buckets.equal_groups(lengths, 1) == [[1, 2, 3, 0, 5, 4]]
+    assert length_buckets.equal_groups([7, 7, 7], 3) == [[0, 1, 2]]  # one length: one group
+
+
+def test_width_groups():
+    lengths = [3, 1, 2, 2, 5, 4]
+    # [1, 2], [3, 4], and 5 and beyond in the last of three
+    assert length_buckets.width_groups(lengths, 2, 3) == [[1, 2, 3], [0, 5], [4]]
+
+
+def test_length_bucket_bleu_by_hand():
+    lengths = [3, 1, 2, 2, 5, 4]
+    refs = [f"r{i} w x y z" for i in range(6)]
+    system = list(refs)  # perfect everywhere: BLEU 100
+    baseline = ["q"] * 6
+    baseline[4] = refs[4]  # the baseline is perfect in the last group only
+    baseline[5] = refs[5]
+    groups = length_buckets.equal_groups(lengths, 3)
+    rows = length_buckets.analyse(lengths, refs, ("base", baseline), [("sys", system)], groups)
+    assert [r[1] for r in rows] == ["1-2", "3-3", "4-5"]
+    assert [r[2] for r in rows] == [3, 1, 2]
+    assert [r[4] for r in rows] == pytest.approx([100.0, 100.0, 100.0])
+    assert [r[5] for r in rows] == pytest.approx([0.0, 0.0, 100.0])
+    assert [r[6] for r in rows] == pytest.approx([100.0, 100.0, 0.0])
+
+
+def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
+    write(tmp_path / "ref", REF)
+    write(tmp_path / "src", ["x y z", "x"])
+    write(tmp_path / "sys", SYS)
+    # an evaluation folder of scripts/evaluate.sh as the baseline: its hyp.tok and its name
+    write(tmp_path / "ev_base/hyp.tok", BASE)
+    (tmp_path / "ev_base/results.json").write_text(json.dumps({"name": "Transformer-Base"}))
+    out = tmp_path / "out"
+    run(["python", "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base",
+         "--system", f"CSAN={tmp_path / 'sys'}", "--out", out])
+    with open(out / "ngram_gap.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["system"] for r in rows] == ["CSAN"] * 4 and float(rows[1]["gap"]) == pytest.approx(50.0)
+    assert "Baseline: Transformer-Base." in (out / "ngram_gap.md").read_text()
+    assert (out / "ngram_gap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    run(["python", "scripts/analysis/length_buckets.py", "--src", tmp_path / "src", "--ref", tmp_path / "ref",
+         "--baseline", tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out, "--groups", 2])
+    with open(out / "length_buckets.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["source length"], r["sentences"]) for r in rows] == [("1-1", "1"), ("3-3", "1")]
+    assert (out / "length_buckets.png").stat().st_size > 1000
+    again = run(["python", "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "ref", "--baseline",
+                 tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out], check=False)
+    assert again.returncode != 0 and "exist; pass --force" in again.stderr
+    write(tmp_path / "one", ["a"])
+    bad = run(["python", "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "ref", "--baseline",
+               f"b={tmp_path / 'one'}", "--system", f"s={tmp_path / 'sys'}", "--out", tmp_path / "o3"], check=False)
+    assert bad.returncode != 0 and "b has 1 lines, the reference 2" in bad.stderr
