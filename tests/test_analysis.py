@@ -96,3 +96,37 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
     bad = run(["python", "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "ref", "--baseline",
                f"b={tmp_path / 'one'}", "--system", f"s={tmp_path / 'sys'}", "--out", tmp_path / "o3"], check=False)
     assert bad.returncode != 0 and "b has 1 lines, the reference 2" in bad.stderr
+
+
+# ---------------------------------------------------------------- gate weights
+
+gate_weights = load("gate_weights")
+
+
+def test_bpe_pieces_group_into_words():
+    assert gate_weights.words_of(["a@@", "b", "c", "d@@", "e@@", "f"]) == [[0, 1], [2], [3, 4, 5]]
+    assert gate_weights.words_of([]) == []
+
+
+def test_gate_means_by_hand():
+    import torch
+
+    totals = gate_weights.GateTotals()
+    # one left-padded row: a pad, pieces "a@@ b c", then the EOS
+    pad = torch.tensor([[True, False, False, False, False]])
+    q = torch.tensor([[0.9, 0.2, 0.4, 0.6, 0.8]])
+    k = torch.tensor([[0.9, 0.1, 0.1, 0.1, 0.5]])
+    records = [{"side": "encoder", "layer": 1, "lambda_q": q, "lambda_k": k, "padding_mask": pad},
+               {"side": "decoder", "layer": 1, "lambda_q": q, "lambda_k": None, "padding_mask": None}]
+    totals.add_layers(records)
+    rows = totals.layer_rows("m")
+    # encoder: the four real tokens, (0.2 + 0.4 + 0.6 + 0.8) / 4 and (0.1 * 3 + 0.5) / 4
+    assert rows[1][:3] == ["m", "encoder", 1] and rows[1][5] == 4
+    assert rows[1][3] == pytest.approx(0.5) and rows[1][4] == pytest.approx(0.2)
+    # decoder: no padding mask, all five; no key gate
+    assert rows[0][1] == "decoder" and rows[0][3] == pytest.approx(2.9 / 5) and rows[0][5] == 5
+    totals.add_pos(records, [["a@@", "b", "c"]], [["NOUN", "VERB"]])
+    pos = {r[1]: r for r in totals.pos_rows("m")}
+    # NOUN = the word "a@@ b": mean(0.2, 0.4); VERB = "c": 0.6 (the EOS never counts)
+    assert pos["NOUN"][2] == pytest.approx(0.3) and pos["VERB"][2] == pytest.approx(0.6)
+    assert pos["NOUN"][3] == pytest.approx(0.1) and pos["NOUN"][4] == 1

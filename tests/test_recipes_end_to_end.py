@@ -234,6 +234,17 @@ def test_zhen_recipe(tmp_path):
     results = check_results(tmp_path / "ev", N_TEST, compound=False)
     assert results["task"] == "wmt17_zh_en" and results["name"] == "transformer_ctxaware"
     assert "--share-decoder-input-output-embed" in (tmp_path / "ck/train_command.sh").read_text()
+    # the gate-weight analysis on the trained context-aware model, with one tag per word
+    tags = [" ".join("X" if i % 2 else "N" for i, _ in enumerate(line.split())) for line in lines(out / "tok/valid.zh")]
+    write(tmp_path / "valid.pos", tags)
+    run(["python", "scripts/analysis/gate_weights.py", "--model", f"ctx={tmp_path / 'ck/checkpoint_last.pt'}",
+         "--data", out, "--out", tmp_path / "gates", "--cpu", "--pos", tmp_path / "valid.pos"])
+    layers = lines(tmp_path / "gates/gate_weights.csv")
+    assert layers[0] == "model,side,layer,mean λQ,mean λK,tokens" and len(layers) == 1 + 3  # 3 encoder layers
+    assert all(0.0 < float(row.split(",")[3]) < 1.0 for row in layers[1:])
+    pos = {row.split(",")[1]: row for row in lines(tmp_path / "gates/gate_weights_pos.csv")[1:]}
+    assert set(pos) == {"N", "X"}
+    assert (tmp_path / "gates/gate_weights_pos.png").is_file()
 
 
 # ---------------------------------------------------------------- WAT17 Ja-En

@@ -1,0 +1,226 @@
+"""Gate weights of context-aware models (the context-aware paper's Figures 2-4): the average
+gate values lambda_Q and lambda_K of eq. 5 per layer, on the source side and the target side,
+and per part of speech of the source words.
+
+usage: python scripts/analysis/gate_weights.py --model NAME=CHECKPOINT [--model ...] \
+           --data DATA --out DIR [--subset valid] [--pos TAGS] [--max-tokens 4096] [--cpu] [--force]
+
+DATA is a prepared task folder (its data-bin/) or a fairseq data-bin folder. Each model runs
+teacher-forced over the subset (the paper averages "over the validation set") inside
+``fairseq_csan.record_gates``; every real token's gate values count once (padding never).
+
+- Per layer (Figure 2 for one context type per model; Figure 3 when a model has gates on both
+  sides): DIR/gate_weights.csv, .md, .png.
+- --pos TAGS: a file aligned with the subset's source, one line per sentence and one tag per
+  (pre-BPE) token, as in the prepared task's tok/SUBSET.SRC. A word's gate is the mean over
+  its BPE pieces (read from the prepared task's bpe/SUBSET.SRC when DATA is one, else from
+  the dictionary, where an <unk> piece may split a word wrongly); the tag's value is the mean
+  over its words and the encoder's gated layers (Figure 4). DIR/gate_weights_pos.csv, .md,
+  .png, with the mean over all words as the grey line.
+"""
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import outputs, pyplot, read_lines, write_table  # noqa: E402
+
+
+def words_of(pieces):
+    """Group BPE pieces (subword-nmt's "@@" continuation marks) into words: a list of lists of
+    piece positions."""
+    words, current = [], []
+    for position, piece in enumerate(pieces):
+        current.append(position)
+        if not piece.endswith("@@"):
+            words.append(current)
+            current = []
+    if current:
+        words.append(current)
+    return words
+
+
+class GateTotals:
+    """Running sums of gate values: per (side, layer), and per source POS tag."""
+
+    def __init__(self):
+        self.layer = defaultdict(lambda: [0.0, 0.0, 0])  # (side, layer) -> [sum q, sum k, tokens]
+        self.pos = defaultdict(lambda: [0.0, 0.0, 0])  # tag -> [sum q, sum k, words x layers]
+
+    def add_layers(self, records):
+        for r in records:
+            q, k = r.get("lambda_q"), r.get("lambda_k")
+            ref = q if q is not None else k
+            real = ~r["padding_mask"] if r["padding_mask"] is not None else ref.new_ones(ref.shape, dtype=bool)
+            cell = self.layer[(r["side"], r["layer"])]
+            cell[0] += float(q[real].double().sum()) if q is not None else float("nan")
+            cell[1] += float(k[real].double().sum()) if k is not None else float("nan")
+            cell[2] += int(real.sum())
+
+    def add_pos(self, records, pieces_per_row, tags_per_row):
+        """``pieces_per_row[b]``: the source BPE pieces of row b (no EOS) in order;
+        ``tags_per_row[b]``: its word tags. Encoder records only."""
+        for r in records:
+            if r["side"] != "encoder":
+                continue
+            for b, (pieces, tags) in enumerate(zip(pieces_per_row, tags_per_row)):
+                real = (~r["padding_mask"][b]).nonzero().flatten() if r["padding_mask"] is not None \
+                    else range(r["lambda_q" if r.get("lambda_q") is not None else "lambda_k"].shape[1])
+                positions = [int(p) for p in real][: len(pieces)]  # the EOS comes last
+                for tag, word in zip(tags, words_of(pieces)):
+                    cell = self.pos[tag]
+                    for which, key in ((0, "lambda_q"), (1, "lambda_k")):
+                        values = r.get(key)
+                        cell[which] += (float(values[b, [positions[i] for i in word]].double().mean())
+                                        if values is not None else float("nan"))
+                    cell[2] += 1
+
+    def layer_rows(self, name):
+        return [[name, side, layer, q / n, k / n, n] for (side, layer), (q, k, n) in sorted(self.layer.items())]
+
+    def pos_rows(self, name):
+        return [[name, tag, q / n, k / n, n] for tag, (q, k, n) in sorted(self.pos.items(), key=lambda x: -x[1][2])]
+
+
+def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_lines=None):
+    import torch
+    from fairseq import checkpoint_utils, utils
+
+    from fairseq_csan import record_gates
+
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    use_cuda = torch.cuda.is_available() and not cpu
+    if use_cuda:
+        model.cuda()
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    if pos_lines is not None and len(pos_lines) != len(dataset):
+        raise SystemExit(f"--pos has {len(pos_lines)} lines, the {subset} set {len(dataset)} sentences")
+    batches = task.get_batch_iterator(dataset=dataset, max_tokens=max_tokens, ignore_invalid_inputs=False,
+                                      num_workers=0).next_epoch_itr(shuffle=False)
+    totals = GateTotals()
+    src_dict = task.source_dictionary
+    seen = 0
+    with torch.no_grad(), record_gates(model) as records:
+        for sample in batches:
+            if use_cuda:
+                sample = utils.move_to_cuda(sample)
+            records.clear()
+            model(**sample["net_input"])
+            if not records:
+                raise SystemExit(f"{name}: {checkpoint} has no context-aware gates (train a *_ctxaware model)")
+            totals.add_layers(records)
+            if pos_lines is not None:
+                pieces, tags = [], []
+                for b, sid in enumerate(sample["id"].tolist()):
+                    row = sample["net_input"]["src_tokens"][b]
+                    row = row[row.ne(src_dict.pad())]
+                    n_pieces = sum(1 for t in row if int(t) != src_dict.eos())
+                    # the BPE text, where there is one: an <unk> in the binarised data has lost
+                    # its piece's "@@" mark
+                    tokens = (bpe_lines[sid].split() if bpe_lines is not None
+                              else [src_dict[int(t)] for t in row if int(t) != src_dict.eos()])
+                    if len(tokens) != n_pieces:
+                        raise SystemExit(f"the BPE source line {sid + 1} has {len(tokens)} pieces, "
+                                         f"the binarised sentence {n_pieces}")
+                    line_tags = pos_lines[sid].split()
+                    n_words = len(words_of(tokens))
+                    if len(line_tags) != n_words:
+                        raise SystemExit(f"--pos line {sid + 1}: {len(line_tags)} tags for {n_words} words")
+                    pieces.append(tokens)
+                    tags.append(line_tags)
+                totals.add_pos(records, pieces, tags)
+            seen += len(sample["id"])
+    print(f"[gates] {name}: {seen} sentences of {subset}", file=sys.stderr)
+    return totals
+
+
+def plot_layers(rows, path):
+    plt = pyplot()
+    names = list(dict.fromkeys(r[0] for r in rows))
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False, sharey=True)
+    for ax, name in zip(axes[0], names):
+        for side, style in (("encoder", "-"), ("decoder", "--")):
+            mine = [r for r in rows if r[0] == name and r[1] == side]
+            if not mine:
+                continue
+            layers = [r[2] for r in mine]
+            ax.plot(layers, [r[3] for r in mine], style, marker="o", color="tab:blue", label=f"λQ {side}")
+            ax.plot(layers, [r[4] for r in mine], style, marker="s", color="tab:red", label=f"λK {side}")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("layer")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("mean gate value")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def plot_pos(rows, path):
+    plt = pyplot()
+    names = list(dict.fromkeys(r[0] for r in rows))
+    fig, axes = plt.subplots(len(names), 1, figsize=(6, 3 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        mine = [r for r in rows if r[0] == name]
+        xs = range(len(mine))
+        ax.bar([x - 0.2 for x in xs], [r[2] for r in mine], 0.4, label="λQ", color="tab:blue")
+        ax.bar([x + 0.2 for x in xs], [r[3] for r in mine], 0.4, label="λK", color="tab:red")
+        total = sum(r[4] for r in mine)
+        ax.axhline(sum(r[2] * r[4] for r in mine) / total, color="grey", linewidth=1, label="all words (λQ)")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r[1] for r in mine], rotation=45, fontsize=8)
+        ax.set_title(name, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, action="append", help="NAME=CHECKPOINT of a context-aware model")
+    parser.add_argument("--data", required=True, type=Path, help="prepared task folder or data-bin")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--subset", default="valid")
+    parser.add_argument("--pos", type=Path, help="POS tags aligned with the subset's source, one per word")
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    args = parser.parse_args(argv)
+    data = args.data / "data-bin" if (args.data / "data-bin").is_dir() else args.data
+    models = []
+    for spec in args.model:
+        name, sep, path = spec.partition("=")
+        if not sep or not Path(path).is_file():
+            parser.error(f"--model takes NAME=CHECKPOINT with an existing file, got '{spec}'")
+        models.append((name, Path(path)))
+    layer_paths = outputs(args.out, "gate_weights", args.force)
+    pos_paths = outputs(args.out, "gate_weights_pos", args.force) if args.pos else None
+    pos_lines = read_lines(args.pos) if args.pos else None
+    bpe_lines = None
+    if args.pos:
+        # the source's BPE pieces, to group into words: the prepared task's bpe/ file
+        recipe = args.data / "recipe.env"
+        if recipe.is_file():
+            src = dict(line.split("=", 1) for line in read_lines(recipe) if "=" in line)["src"]
+            bpe_file = args.data / "bpe" / f"{args.subset}.{src}"
+            bpe_lines = read_lines(bpe_file) if bpe_file.is_file() else None
+    layer_rows, pos_rows = [], []
+    for name, checkpoint in models:
+        totals = run_model(name, checkpoint, data, args.subset, args.max_tokens, args.cpu, pos_lines, bpe_lines)
+        layer_rows += totals.layer_rows(name)
+        pos_rows += totals.pos_rows(name)
+    print(write_table(layer_paths[0], layer_paths[1], ["model", "side", "layer", "mean λQ", "mean λK", "tokens"],
+                      layer_rows, f"Gate values of eq. 5 averaged over the real tokens of '{args.subset}'."))
+    plot_layers(layer_rows, layer_paths[2])
+    if pos_paths:
+        print(write_table(pos_paths[0], pos_paths[1], ["model", "tag", "mean λQ", "mean λK", "words x layers"],
+                          pos_rows, "Word gate = mean over its BPE pieces; averaged over the encoder's gated layers."))
+        plot_pos(pos_rows, pos_paths[2])
+
+
+if __name__ == "__main__":
+    main()
