@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from recipe_helpers import SCRIPTS, run, write
+from recipe_helpers import SCRIPTS, lines, run, write
 
 
 def load(name):
@@ -130,3 +130,25 @@ def test_gate_means_by_hand():
     # NOUN = the word "a@@ b": mean(0.2, 0.4); VERB = "c": 0.6 (the EOS never counts)
     assert pos["NOUN"][2] == pytest.approx(0.3) and pos["VERB"][2] == pytest.approx(0.6)
     assert pos["NOUN"][3] == pytest.approx(0.1) and pos["NOUN"][4] == 1
+
+
+# ---------------------------------------------------------------- window / area sweep
+
+window_sweep = load("window_sweep")
+
+
+def test_window_sweep_collects_runs_in_order(tmp_path):
+    for name, kind, value, bleu in (("csan1d_window11", "window", 11, 27.5), ("csan1d_window3", "window", 3, 26.0),
+                                    ("csan2d_heads3", "heads", 3, 28.1), ("csan2d_heads1", "heads", 1, 27.7)):
+        write(tmp_path / "sweep" / name / "sweep.env", [f"kind={kind}", f"value={value}", "arch=a", "flags=f"])
+        (tmp_path / "sweep" / name / "eval").mkdir()
+        (tmp_path / "sweep" / name / "eval/results.json").write_text(json.dumps({"bleu_tok": bleu, "sacrebleu": bleu - 1}))
+    write(tmp_path / "sweep/unfinished/sweep.env", ["kind=window", "value=5"])
+    rows = window_sweep.collect(tmp_path / "sweep", "bleu_tok")
+    assert [r[:3] for r in rows] == [["window", 3, 26.0], ["window", 11, 27.5], ["heads", 1, 27.7], ["heads", 3, 28.1]]
+    run(["python", "scripts/analysis/window_sweep.py", "--sweep", tmp_path / "sweep", "--out", tmp_path / "out",
+         "--metric", "sacrebleu"])
+    assert lines(tmp_path / "out/window_sweep.csv")[1] == "window,3,25.0,csan1d_window3"
+    assert (tmp_path / "out/window_sweep.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="no evaluated runs"):
+        window_sweep.collect(tmp_path / "empty", "bleu_tok")

@@ -211,6 +211,24 @@ def test_ende_bf16_training_through_our_entry_point(ende):
     assert state["optimizer_history"][-1]["num_updates"] == 2
 
 
+def test_ende_window_sweep_trains_evaluates_and_plots(ende):
+    """scripts/sweep.sh at a tiny budget (one window, one head area), then the plot; a rerun
+    keeps what is finished."""
+    sweep = ende["work"] / "sweep"
+    command = ["bash", "scripts/sweep.sh", "--data", ende["out"], "--out", sweep, "--windows", 3, "--heads", 3,
+               "--last", 2, "--cpu-tiny", "--", "--max-update", 8]
+    run(command)
+    assert "--csan-window 3" in (sweep / "csan1d_window3/checkpoints/train_command.sh").read_text()
+    assert "--csan-window 11 --csan-heads 3" in (sweep / "csan2d_heads3/checkpoints/train_command.sh").read_text()
+    assert "subset=valid" in (sweep / "csan2d_heads3/eval/evaluation.env").read_text()
+    again = run(command)
+    assert "[sweep] csan2d_heads3" in again.stderr
+    assert "exists; kept" in (sweep / "csan1d_window3/eval.out").read_text()
+    run(["python", "scripts/analysis/window_sweep.py", "--sweep", sweep, "--out", ende["work"] / "sweep_plot"])
+    rows = lines(ende["work"] / "sweep_plot/window_sweep.csv")
+    assert [r.split(",")[:2] for r in rows[1:]] == [["window", "3"], ["heads", "3"]]
+
+
 # ---------------------------------------------------------------- WMT17 Zh-En
 
 def test_zhen_recipe(tmp_path):

@@ -1,0 +1,71 @@
+"""Window and area sweep (the CSAN paper's Figure 2): dev BLEU of 1D-CSAN against the window
+size M, and of 2D-CSAN against the number of heads N in its area (window fixed).
+
+usage: python scripts/analysis/window_sweep.py --sweep SWEEP_OUT --out DIR [--metric bleu_tok] [--force]
+
+SWEEP_OUT is the --out of scripts/sweep.sh: one folder per run with sweep.env (kind=window or
+heads, value) and eval/results.json. Writes DIR/window_sweep.csv, .md and .png (one panel per
+kind; the best value marked).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import outputs, pyplot, read_lines, write_table  # noqa: E402
+
+LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}
+
+
+def collect(sweep: Path, metric: str):
+    """Rows (kind, value, score, run folder), sorted by kind then value."""
+    rows = []
+    for env in sorted(sweep.glob("*/sweep.env")):
+        settings = dict(line.split("=", 1) for line in read_lines(env) if "=" in line)
+        results = env.parent / "eval" / "results.json"
+        if not results.is_file():
+            print(f"[window_sweep] {env.parent.name}: no eval/results.json yet; left out", file=sys.stderr)
+            continue
+        score = json.loads(results.read_text(encoding="utf-8"))[metric]
+        rows.append([settings["kind"], int(settings["value"]), score, env.parent.name])
+    if not rows:
+        raise SystemExit(f"window_sweep: no evaluated runs under {sweep} (run scripts/sweep.sh first)")
+    return sorted(rows, key=lambda r: (r[0] != "window", r[1]))
+
+
+def plot(rows, path, metric):
+    plt = pyplot()
+    kinds = list(dict.fromkeys(r[0] for r in rows))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.2), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        mine = [r for r in rows if r[0] == kind]
+        xs, ys = [r[1] for r in mine], [r[2] for r in mine]
+        ax.plot(xs, ys, marker="o")
+        best = max(range(len(ys)), key=ys.__getitem__)
+        ax.plot([xs[best]], [ys[best]], marker="*", markersize=14, color="tab:red")
+        ax.set_xticks(xs)
+        ax.set_xlabel(LABELS.get(kind, kind))
+        ax.set_ylabel(f"dev {metric}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sweep", required=True, type=Path, help="the --out of scripts/sweep.sh")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--metric", choices=["bleu_tok", "sacrebleu"], default="bleu_tok")
+    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    args = parser.parse_args(argv)
+    rows = collect(args.sweep, args.metric)
+    csv_path, md_path, png_path = outputs(args.out, "window_sweep", args.force)
+    print(write_table(csv_path, md_path, ["kind", "value", args.metric, "run"], rows,
+                      f"Dev-set {args.metric} of each run of {args.sweep}."))
+    plot(rows, png_path, args.metric)
+
+
+if __name__ == "__main__":
+    main()

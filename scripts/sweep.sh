@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Train and evaluate the window/area sweep of the CSAN paper's Figure 2: 1D-CSAN for each
+# window size M, and 2D-CSAN (window fixed, 11 by default) for each number of heads N, each
+# scored on the dev set. Plot it with scripts/analysis/window_sweep.py --sweep OUT.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+
+usage() {
+  cat <<'EOF2'
+usage: scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]
+
+  --data DIR        a folder made by examples/*/prepare.sh
+  --out DIR         one folder per run: csan1d_window{M}/ and csan2d_heads{N}/, each with its
+                    checkpoints, its dev-set evaluation (eval/) and sweep.env
+  --windows "M..."  1D window sizes, odd (default "3 5 7 9 11 13 15")
+  --heads "N..."    2D head areas, odd, at most the model's heads (default "1 3 5 7")
+  --window-2d M     the 2D runs' window (default 11, the paper's)
+  --last N          checkpoints to average for each evaluation (default 5)
+  --cpu-tiny        tiny CPU runs (train.sh --cpu-tiny; evaluation on the CPU), for tests
+Arguments after -- go to scripts/train.sh (e.g. -- --gpus 8 --max-update 20000), and after
+a second -- to fairseq-train. A finished run is not retrained (train.sh resumes it, fairseq stops at once)
+and a finished evaluation is kept.
+EOF2
+}
+die() { echo "[sweep] error: $*" >&2; exit 2; }
+
+data="" out="" windows="3 5 7 9 11 13 15" heads="1 3 5 7" window_2d=11 last=5 tiny=0 extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) data="${2:?}"; shift 2 ;;
+    --out) out="${2:?}"; shift 2 ;;
+    --windows) windows="${2:?}"; shift 2 ;;
+    --heads) heads="${2:?}"; shift 2 ;;
+    --window-2d) window_2d="${2:?}"; shift 2 ;;
+    --last) last="${2:?}"; shift 2 ;;
+    --cpu-tiny) tiny=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) usage >&2; die "unknown argument '$1'" ;;
+  esac
+done
+[ -n "$data" ] && [ -n "$out" ] || die "--data and --out are required"
+for v in $windows $heads $window_2d; do
+  [[ "$v" =~ ^[0-9]+$ ]] && [ $((v % 2)) = 1 ] || die "window sizes and head areas must be positive odd numbers, got '$v'"
+done
+
+# train.sh options, then (after a second --) fairseq-train arguments
+train_args=() fairseq_args=() eval_args=()
+seen=0
+for a in "${extra[@]}"; do
+  if [ "$seen" = 0 ] && [ "$a" = -- ]; then seen=1
+  elif [ "$seen" = 0 ]; then train_args+=("$a")
+  else fairseq_args+=("$a"); fi
+done
+if [ "$tiny" = 1 ]; then train_args+=(--cpu-tiny); eval_args+=(--cpu); fi
+
+run() {  # run NAME KIND VALUE ARCH FLAGS...
+  local name=$1 kind=$2 value=$3 arch=$4; shift 4
+  local dir="$out/$name"
+  echo "[sweep] $name: $arch $*" >&2
+  mkdir -p "$dir"
+  printf 'kind=%s\nvalue=%s\narch=%s\nflags=%s\n' "$kind" "$value" "$arch" "$*" > "$dir/sweep.env"
+  bash "$ROOT/scripts/train.sh" --data "$data" --arch "$arch" --save-dir "$dir/checkpoints" \
+    "${train_args[@]}" -- "${fairseq_args[@]}" "$@" > "$dir/train.out" 2>&1 \
+    || { tail -20 "$dir/train.out" >&2; die "training $name failed (log: $dir/train.out)"; }
+  bash "$ROOT/scripts/evaluate.sh" --data "$data" --checkpoints "$dir/checkpoints" --out "$dir/eval" \
+    --subset valid --last "$last" --name "$name" "${eval_args[@]}" > "$dir/eval.out" 2>&1 \
+    || { tail -20 "$dir/eval.out" >&2; die "evaluating $name failed (log: $dir/eval.out)"; }
+  grep "tokenised BLEU" "$dir/eval/results.md" >&2
+}
+
+for m in $windows; do run "csan1d_window$m" window "$m" transformer_csan1d --csan-window "$m"; done
+for n in $heads; do run "csan2d_heads$n" heads "$n" transformer_csan2d --csan-window "$window_2d" --csan-heads "$n"; done
+echo "[sweep] done; plot with: python scripts/analysis/window_sweep.py --sweep $out --out DIR" >&2
