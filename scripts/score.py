@@ -29,6 +29,7 @@ import argparse
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU
@@ -97,14 +98,14 @@ def tokenised_bleu(hyps, refs):
 
 def paired_bootstrap(ref_tok: Path, baseline_hyp: Path, system_hyp: Path, samples: int):
     """sacreBLEU's paired bootstrap of tokenised BLEU; the system's p-value against the baseline."""
-    command = ["sacrebleu", str(ref_tok), "-i", str(baseline_hyp), str(system_hyp), "--paired-bs",
+    command = [sys.executable, "-m", "sacrebleu", str(ref_tok), "-i", str(baseline_hyp), str(system_hyp), "--paired-bs",
                "--paired-bs-n", str(samples), "-m", "bleu", "--tokenize", "none", "--force", "-f", "json"]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"score: sacrebleu --paired-bs failed:\n{run.stderr}")
     rows = json.loads(run.stdout)
     base, system = rows[0]["BLEU"], rows[1]["BLEU"]
-    return {"command": " ".join(command), "samples": samples, "baseline_bleu": base["score"],
+    return {"command": " ".join(["sacrebleu", *command[3:]]), "samples": samples, "baseline_bleu": base["score"],
             "bleu": system["score"], "p_value": system["p_value"], "ci": system["ci"]}
 
 
