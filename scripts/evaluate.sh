@@ -96,10 +96,12 @@ beam=$beam
 lenpen=$lenpen
 batch_size=$batch
 decoding=${hw[*]:-gpu fp32}"
-if [ -f "$out/evaluation.env" ] && [ "$(cat "$out/evaluation.env")" != "$identity" ]; then
-  [ "$force" = 1 ] || die "$out holds an evaluation of other checkpoints or settings (see $out/evaluation.env); use --force to redo it, or another --out"
+same=0
+[ -f "$out/evaluation.env" ] && [ "$(cat "$out/evaluation.env")" = "$identity" ] && same=1
+if [ "$same" = 0 ] && [ -f "$out/evaluation.env" ] && [ "$force" = 0 ]; then
+  die "$out holds an evaluation of other checkpoints or settings (see $out/evaluation.env); use --force to redo it, or another --out"
 fi
-if [ "$force" = 1 ] || [ ! -f "$out/evaluation.env" ] || [ "$(cat "$out/evaluation.env")" != "$identity" ]; then
+if [ "$same" = 0 ] || [ "$force" = 1 ]; then
   rm -f "$out"/averaged.pt "$out"/generate.txt "$out"/generate.log "$out"/hyp.tok "$out"/hyp.detok "$out"/results.json "$out"/results.md
 fi
 printf '%s\n' "$identity" > "$out/evaluation.env"

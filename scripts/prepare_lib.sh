@@ -36,10 +36,10 @@ EOF
 # all_exist FILE...: true when every file exists
 all_exist() { for f in "$@"; do [ -e "$f" ] || return 1; done; }
 # up_to_date OUTPUT... -- INPUT...: every output exists and is newer than every input
+# (--force has deleted the outputs, so it needs no case here)
 up_to_date() {
   local outs=() f g
   while [ "$1" != -- ]; do outs+=("$1"); shift; done; shift
-  [ "$force" = 0 ] || return 1
   for f in "${outs[@]}"; do
     [ -e "$f" ] || return 1
     for g in "$@"; do [ "$f" -nt "$g" ] || return 1; done

@@ -127,7 +127,6 @@ if [ "$tiny" = 1 ]; then
   case "$given_precision" in
     bf16) hw+=(--bf16) ;;
     fp16) die "--precision fp16 needs a GPU; --cpu-tiny takes fp32 (default) or bf16" ;;
-    *) runner=(fairseq-train) ;;
   esac
   tiny_args=(--encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4
              --encoder-layers 3 --decoder-embed-dim 64 --decoder-ffn-embed-dim 128

@@ -13,8 +13,9 @@ SCRIPTS = REPO / "scripts"
 
 
 def load_script(name: str):
-    """Import scripts/NAME.py as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", SCRIPTS / f"{name}.py")
+    """Import scripts/NAME.py (NAME may name a subfolder: "analysis/ngram_gap") as a module
+    (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"recipe_{name.replace('/', '_')}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # worker processes (fork) find their functions by name
     spec.loader.exec_module(module)

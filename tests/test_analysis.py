@@ -1,21 +1,15 @@
 """The analysis commands on small outputs made here, their numbers checked by hand."""
 
 import csv
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from recipe_helpers import SCRIPTS, lines, run, write
+from recipe_helpers import lines, load_script, run, write
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(f"analysis_{name}", SCRIPTS / "analysis" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"analysis/{name}")
 
 
 ngram_gap = load("ngram_gap")
