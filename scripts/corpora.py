@@ -1,4 +1,4 @@
-"""The raw corpora of the three task recipes, and how to gather them (recipe step 1).
+"""The raw corpora of the task recipes (the three WMT/WAT tasks and Multi30k), and how to gather them (recipe step 1).
 
 For each task this file lists every corpus: the files it needs in the raw folder, the archive
 they come in and the archive's official location. ``gather`` finds each corpus in the raw
@@ -162,6 +162,25 @@ TASKS = {
                     f"{WMT17}/test.tgz",
                 ),
             ],
+        },
+    ),
+    "multi30k_en_de": Task(
+        src="en",
+        tgt="de",
+        raw_env="MULTI30K",
+        note="Multi30k En-De (Elliott et al. 2016), task 1: the raw, untokenised files of "
+        "github.com/multi30k/dataset, data/task1/raw, gunzipped; a small task for the "
+        "examples/multi30k reproduction.",
+        splits={
+            split: [
+                Corpus(
+                    f"Multi30k {name}",
+                    [{"en": f"{name}.en", "de": f"{name}.de"}],
+                    where=f"gunzip data/task1/raw/{name}.en.gz and {name}.de.gz of "
+                    "https://github.com/multi30k/dataset into the raw folder",
+                )
+            ]
+            for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))
         },
     ),
     "wat17_ja_en": Task(

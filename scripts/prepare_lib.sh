@@ -1,7 +1,9 @@
 # The preparation pipeline shared by examples/*/prepare.sh (sourced, not run).
 #
-# The task script sets TASK, SRC, TGT, JOINT_BPE (1: one BPE model and one dictionary for
-# both languages; 0: one each) and CLEAN_RATIO, then calls `prepare_main "$@"`.
+# The task script sets TASK, SRC, TGT, RAW_ENV, JOINT_BPE (1: one BPE model and one dictionary
+# for both languages; 0: one each) and CLEAN_RATIO, optionally DEFAULT_RAW (the raw folder when
+# neither --raw-dir nor $RAW_ENV is given), DEFAULT_MERGES and DEFAULT_MERGES_WHY, then calls
+# `prepare_main "$@"`.
 #
 # Steps, each skipped when its outputs exist and are newer than its inputs, as make would
 # (--force deletes every output of this script first and redoes them all):
@@ -23,9 +25,9 @@ prepare_usage() {
 usage: $0 [--raw-dir DIR] [--out DIR] [--merges N] [--workers N] [--no-download] [--force]
 
   --raw-dir DIR  folder holding the raw corpora, or receiving the downloads
-                 (default: \$$RAW_ENV if set, else OUT/downloads)
+                 (default: \$$RAW_ENV if set, else ${DEFAULT_RAW:-OUT/downloads})
   --out DIR      output folder (default: data/$TASK)
-  --merges N     BPE merge operations (default: 32000, as the papers)
+  --merges N     BPE merge operations (default: ${DEFAULT_MERGES:-32000}${DEFAULT_MERGES_WHY:-, as the papers})
   --workers N    processes for tokenisation, BPE and binarisation (default: all cores)
   --no-download  never download; stop with a message when a corpus is missing
   --force        delete this script's outputs in OUT (not the downloads) and redo every step
@@ -47,7 +49,7 @@ up_to_date() {
 }
 
 prepare_main() {
-  local raw="${!RAW_ENV:-}" out="data/$TASK" merges=32000 workers download=1 force=0
+  local raw="${!RAW_ENV:-${DEFAULT_RAW:-}}" out="data/$TASK" merges=${DEFAULT_MERGES:-32000} workers download=1 force=0
   workers=$(nproc 2>/dev/null || echo 4)
   while [ $# -gt 0 ]; do
     case "$1" in

@@ -12,8 +12,8 @@ usage: scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]
   --data DIR        a folder made by examples/*/prepare.sh
   --out DIR         one folder per run: csan1d_window{M}/ and csan2d_heads{N}/, each with its
                     checkpoints, its dev-set evaluation (eval/) and sweep.env
-  --windows "M..."  1D window sizes, odd (default "3 5 7 9 11 13 15")
-  --heads "N..."    2D head areas, odd, at most the model's heads (default "1 3 5 7")
+  --windows "M..."  1D window sizes, odd (default "3 5 7 9 11 13 15"; "" for none)
+  --heads "N..."    2D head areas, odd, at most the model's heads (default "1 3 5 7"; "" for none)
   --window-2d M     the 2D runs' window (default 11, the paper's)
   --last N          checkpoints to average for each evaluation (default 5)
   --cpu-tiny        tiny CPU runs (train.sh --cpu-tiny; evaluation on the CPU), for tests
@@ -29,8 +29,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --data) data="${2:?}"; shift 2 ;;
     --out) out="${2:?}"; shift 2 ;;
-    --windows) windows="${2:?}"; shift 2 ;;
-    --heads) heads="${2:?}"; shift 2 ;;
+    --windows) windows="${2?--windows needs sizes (\"\" for none)}"; shift 2 ;;
+    --heads) heads="${2?--heads needs head areas (\"\" for none)}"; shift 2 ;;
     --window-2d) window_2d="${2:?}"; shift 2 ;;
     --last) last="${2:?}"; shift 2 ;;
     --cpu-tiny) tiny=1; shift ;;

@@ -26,7 +26,7 @@ def run(command, check=True, **kwargs):
     """Run a recipe with this Python's tools first on PATH; returns the CompletedProcess."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    for name in ("WMT14_RAW", "WMT17_RAW", "ASPEC_JE"):
+    for name in ("WMT14_RAW", "WMT17_RAW", "ASPEC_JE", "MULTI30K"):
         env.pop(name, None)
     done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, cwd=REPO, **kwargs)
     if check and done.returncode != 0:

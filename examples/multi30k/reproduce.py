@@ -1,0 +1,390 @@
+"""A small real reproduction on Multi30k En-De, in one command.
+
+Trains the Transformer baseline, 1D-CSAN, 2D-CSAN (Yang et al., NAACL 2019), the context-aware
+Transformer (Yang et al., AAAI 2019) and 2D-CSAN with context gating at small dimensions, each
+for the same fixed number of updates and with several seeds; evaluates every run on
+test_2016_flickr; and writes a results table (sacreBLEU mean and spread over seeds, and paired
+bootstrap resampling against the baseline) and the analyses of scripts/analysis/ to OUT:
+
+  OUT/data/                     the prepared task (examples/multi30k/prepare.sh)
+  OUT/runs/SYSTEM/seedS/        checkpoints/, train.out, eval/ (scripts/evaluate.sh), eval.out
+  OUT/sweep/                    the window/area sweep on the dev set (scripts/sweep.sh), seed 1
+  OUT/results.md, .csv, .json   the table; OUT/results.png its plot
+  OUT/analysis/                 n-gram gap, length buckets (all seeds pooled), gate weights
+                                (seed 1 of each context-aware system), window sweep
+
+usage: python examples/multi30k/reproduce.py [--out DIR] [--raw-dir DIR] [--seeds 1,2,3]
+           [--max-update N] [--systems a,b] [--windows 3,7,11] [--heads 1,3] [--jobs N]
+
+Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
+one-thread runs train faster together than one two-thread run). A finished run is kept when
+the command is run again, so more seeds or systems can be added later; the table and the
+analyses are rewritten every time. The model and training settings are recorded in
+OUT/settings.json, and a rerun with other ones is refused (use another --out).
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(ROOT / "scripts" / "analysis"), str(ROOT / "scripts")]
+from common import pyplot, read_lines, write_table  # noqa: E402
+from score import mark  # noqa: E402
+
+SYSTEMS = {  # name in the table -> architecture
+    "transformer": "transformer",
+    "csan1d": "transformer_csan1d",
+    "csan2d": "transformer_csan2d",
+    "ctxaware": "transformer_ctxaware",
+    "csan2d_ctxaware": "transformer_csan2d_ctxaware",
+}
+BASELINE = "transformer"
+CONTEXT_AWARE = ("ctxaware", "csan2d_ctxaware")
+
+# The small model: 64-dim, 4 heads, 6 encoder layers (so that CSAN's lowest 3 of 6 layers are
+# as in the papers) and 3 decoder layers. Each variant keeps its papers' settings (window 11,
+# 2D area of 3 heads, deep-global + deep context) through its named architecture.
+MODEL = ["--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
+         "--encoder-layers", "6", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "256",
+         "--decoder-attention-heads", "4", "--decoder-layers", "3"]
+def training_args(max_update):
+    """Vaswani et al.'s schedule with a short warm-up and a higher peak for a short run, batches
+    of 1024 tokens (as scripts/train.sh --cpu-tiny); 12 checkpoints over the run (every 100
+    updates of 1200), of which the last 5 are kept and averaged."""
+    every = max(1, max_update // 12)
+    return ["--max-tokens", "1024", "--lr", "0.002", "--warmup-updates", "300",
+            "--save-interval-updates", str(every), "--keep-interval-updates", "5",
+            "--log-interval", str(max(1, min(50, max_update // 8)))]
+
+
+DEFAULT_MAX_UPDATE = 1200
+BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`
+
+
+def log(message):
+    print(f"[multi30k] {message}", file=sys.stderr, flush=True)
+
+
+def number_list(text):
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got '{text}'")
+
+
+# ---- significance ---------------------------------------------------------------------------
+
+
+
+def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=BOOTSTRAP_SEED):
+    """Paired bootstrap resampling (Koehn 2004) of the difference in mean sacreBLEU over seeds.
+
+    ``baseline_runs`` and ``system_runs`` are lists of hypothesis lists (one per seed). Every
+    resample draws test sentences with replacement, the same ones for every run, and the
+    statistic is mean-over-seeds BLEU(system) - mean-over-seeds BLEU(baseline). The p-value is
+    sacreBLEU's: the share of mean-centred resampled |differences| above the observed one, with
+    +1 smoothing; with one seed each, it equals `sacrebleu --paired-bs`. Also returns the
+    2.5th-97.5th percentile interval of the resampled difference.
+    """
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU()  # sacreBLEU's defaults: 13a tokenisation, exponential smoothing
+    # per-sentence sufficient statistics (matches and totals per order, lengths), summed per resample
+    stats_base = [np.array(metric._extract_corpus_statistics(h, [refs]), dtype="float64") for h in baseline_runs]
+    stats_sys = [np.array(metric._extract_corpus_statistics(h, [refs]), dtype="float64") for h in system_runs]
+
+    def score(stats):
+        return metric._compute_score_from_stats(stats.sum(0)).score
+
+    observed = (statistics.fmean(score(s) for s in stats_sys) - statistics.fmean(score(s) for s in stats_base))
+    rng = np.random.default_rng(seed)
+    indices = rng.choice(len(refs), size=(samples, len(refs)), replace=True)
+    diffs = np.array([statistics.fmean(score(s[i]) for s in stats_sys) - statistics.fmean(score(s[i]) for s in stats_base)
+                      for i in indices])
+    absolute = np.abs(diffs)
+    p_value = (np.sum(absolute - absolute.mean() > abs(observed)) + 1) / (samples + 1)
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return {"delta": observed, "p_value": float(p_value), "ci": [float(low), float(high)], "samples": samples}
+
+
+# ---- the runs -------------------------------------------------------------------------------
+
+class Failed(Exception):
+    pass
+
+
+def call(command, log_path, env):
+    with open(log_path, "a", encoding="utf-8") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    if done.returncode != 0:
+        tail = "".join(Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines(True)[-15:])
+        raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
+
+
+def main_run(args, data, system, seed, env):
+    """Train and evaluate one system with one seed; kept when already finished."""
+    run = args.out / "runs" / system / f"seed{seed}"
+    if (run / "done").is_file():
+        return run, None
+    run.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    call(["bash", ROOT / "scripts/train.sh", "--data", data, "--arch", SYSTEMS[system], "--save-dir",
+          run / "checkpoints", "--cpu-tiny", "--max-update", str(args.max_update), "--seed", str(seed),
+          "--", *MODEL, *training_args(args.max_update)], run / "train.out", env)
+    trained = time.time() - started
+    call(["bash", ROOT / "scripts/evaluate.sh", "--data", data, "--checkpoints", run / "checkpoints",
+          "--out", run / "eval", "--cpu", "--last", "5", "--name", system,
+          "--bootstrap-samples", str(args.bootstrap_samples)], run / "eval.out", env)
+    (run / "timing.json").write_text(json.dumps({"train_s": trained, "total_s": time.time() - started}) + "\n")
+    (run / "done").write_text("")
+    return run, time.time() - started
+
+
+def sweep_run(args, data, kind, value, env):
+    """One point of the window/area sweep (scripts/sweep.sh), seed 1, dev set."""
+    name = f"csan1d_window{value}" if kind == "window" else f"csan2d_heads{value}"
+    folder = args.out / "sweep"
+    if (folder / name / "eval" / "results.json").is_file():
+        return folder / name, None
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    call(["bash", ROOT / "scripts/sweep.sh", "--data", data, "--out", folder,
+          "--windows", str(value) if kind == "window" else "", "--heads", str(value) if kind == "heads" else "",
+          "--cpu-tiny", "--", "--max-update", str(args.max_update), "--seed", "1", "--", *MODEL, *training_args(args.max_update)],
+         folder / f"{name}.out", env)
+    return folder / name, time.time() - started
+
+
+def run_all(args, data):
+    jobs = [("main", system, seed) for seed in args.seeds for system in args.systems]
+    jobs += [("window", None, m) for m in args.windows] + [("heads", None, n) for n in args.heads]
+    workers = max(1, min(args.jobs, len(jobs)))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    log(f"{len(jobs)} runs ({len(args.systems)} systems x {len(args.seeds)} seeds + {len(jobs) - len(args.systems) * len(args.seeds)} "
+        f"sweep points), {args.max_update} updates each, {workers} at a time with {threads} thread(s) each")
+
+    def work(job):
+        kind, system, value = job
+        if kind == "main":
+            return main_run(args, data, system, value, env)
+        return sweep_run(args, data, kind, value, env)
+
+    started, finished, failures = time.time(), 0, []
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {pool.submit(work, job): job for job in jobs}
+        for future in concurrent.futures.as_completed(futures):
+            kind, system, value = futures[future]
+            if future.cancelled():
+                continue
+            label = f"{system} seed {value}" if kind == "main" else f"sweep {kind} {value}"
+            finished += 1
+            try:
+                folder, seconds = future.result()
+            except Failed as error:
+                failures.append(str(error))
+                log(f"{finished}/{len(jobs)} {label}: FAILED")
+                for other in futures:
+                    other.cancel()
+                continue
+            if seconds is None:
+                log(f"{finished}/{len(jobs)} {label}: finished before; kept ({folder})")
+                continue
+            results = json.loads((folder / "eval" / "results.json").read_text(encoding="utf-8"))
+            elapsed = time.time() - started
+            log(f"{finished}/{len(jobs)} {label}: sacreBLEU {results['sacrebleu']:.2f} "
+                f"({'test' if kind == 'main' else 'dev'}) in {seconds / 60:.1f} min; {elapsed / 60:.0f} min so far")
+    if failures:
+        raise SystemExit("multi30k: " + "\n".join(failures))
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+def load_runs(args):
+    """{system: [(seed, results dict, hyp.detok lines, hyp.tok path, run folder)]} for finished runs."""
+    runs = {}
+    for system in args.systems:
+        for seed in args.seeds:
+            run = args.out / "runs" / system / f"seed{seed}"
+            results = json.loads((run / "eval" / "results.json").read_text(encoding="utf-8"))
+            runs.setdefault(system, []).append((seed, results, read_lines(run / "eval" / "hyp.detok"), run))
+    return runs
+
+
+def results_table(args, runs, refs):
+    header = ["System", "Architecture", "#Params", "Train steps/s", "sacreBLEU mean ± sd", "per seed",
+              "Δ", "p (seeds pooled)", "95% CI of Δ", "p per seed", "tok. BLEU mean"]
+    base = runs.get(BASELINE)
+    rows, records = [], []
+    for system, seeds in runs.items():
+        scores = [r["sacrebleu"] for _, r, _, _ in seeds]
+        mean, sd = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else 0.0)
+        speeds = [r["train"]["steps_per_s"] for _, r, _, _ in seeds if r.get("train") and r["train"]["steps_per_s"]]
+        params = next((r["train"]["params"] for _, r, _, _ in seeds if r.get("train")), None)
+        record = {"system": system, "arch": SYSTEMS[system], "params": params, "seeds": [s for s, *_ in seeds],
+                  "sacrebleu": scores, "mean": mean, "sd": sd,
+                  "bleu_tok": [r["bleu_tok"] for _, r, _, _ in seeds],
+                  "steps_per_s": statistics.fmean(speeds) if speeds else None,
+                  "signature": seeds[0][1]["sacrebleu_signature"]}
+        delta = p_text = ci_text = per_seed = "–"
+        if base and system != BASELINE:
+            pooled = seed_pooled_bootstrap(refs, [h for *_, h, _ in base], [h for *_, h, _ in seeds], args.bootstrap_samples)
+            singles = [seed_pooled_bootstrap(refs, [b[2]], [s[2]], args.bootstrap_samples) for b, s in zip(base, seeds)]
+            record.update(bootstrap=pooled, bootstrap_per_seed=singles)
+            delta = f"{pooled['delta']:+.2f}{mark(pooled['delta'], pooled['p_value'])}"
+            p_text = f"{pooled['p_value']:.3f}"
+            ci_text = f"[{pooled['ci'][0]:+.2f}, {pooled['ci'][1]:+.2f}]"
+            per_seed = " ".join(f"{s['p_value']:.3f}{mark(s['delta'], s['p_value'])}" for s in singles)
+        rows.append([system, SYSTEMS[system], f"{params / 1e6:.2f}M" if params else "?",
+                     f"{record['steps_per_s']:.2f}" if record["steps_per_s"] else "?",
+                     f"{mean:.2f} ± {sd:.2f}", " ".join(f"{v:.2f}" for v in scores), delta, p_text, ci_text,
+                     per_seed, f"{statistics.fmean(record['bleu_tok']):.2f}"])
+        records.append(record)
+    return header, rows, records
+
+
+def plot_results(records, path):
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1.6 * len(records) + 1, 3.4))
+    for x, record in enumerate(records):
+        ax.bar(x, record["mean"], yerr=record["sd"], capsize=4, color="tab:gray" if record["system"] == BASELINE else "tab:blue",
+               alpha=0.6)
+        ax.scatter([x] * len(record["sacrebleu"]), record["sacrebleu"], color="black", s=12, zorder=3)
+    ax.set_xticks(range(len(records)), [r["system"] for r in records], rotation=20)
+    low = min(min(r["sacrebleu"]) for r in records)
+    high = max(max(r["sacrebleu"]) for r in records)
+    ax.set_ylim(max(0, low - 2), high + 1)
+    ax.set_ylabel("sacreBLEU, test_2016_flickr")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def analyses(args, data, runs):
+    """The analysis commands on these runs, into OUT/analysis (rewritten each time)."""
+    out = args.out / "analysis"
+    pooled = out / "pooled"
+    pooled.mkdir(parents=True, exist_ok=True)
+    # n-gram precisions and BLEU are corpus sums, so the seeds' outputs are pooled by
+    # concatenating them against the reference (and source) repeated once per seed
+    n_seeds = len(args.seeds)
+    for name, source in (("ref.tok", data / "tok/test.de"), ("src.tok", data / "tok/test.en")):
+        (pooled / name).write_text("".join(Path(source).read_text(encoding="utf-8") for _ in range(n_seeds)),
+                                   encoding="utf-8")
+    for system, seeds in runs.items():
+        (pooled / f"{system}.tok").write_text(
+            "".join((run / "eval" / "hyp.tok").read_text(encoding="utf-8") for *_, run in seeds), encoding="utf-8")
+    analysis = ROOT / "scripts" / "analysis"
+    others = [f"--system={s}={pooled / f'{s}.tok'}" for s in runs if s != BASELINE]
+    commands = []
+    if BASELINE in runs and others:
+        base = f"--baseline={BASELINE}={pooled / f'{BASELINE}.tok'}"
+        commands.append([sys.executable, analysis / "ngram_gap.py", "--ref", pooled / "ref.tok", base, *others,
+                         "--out", out, "--force"])
+        commands.append([sys.executable, analysis / "length_buckets.py", "--src", pooled / "src.tok", "--ref",
+                         pooled / "ref.tok", base, *others, "--groups", "5", "--out", out, "--force"])
+    gated = [f"--model={s}={runs[s][0][3] / 'eval' / 'averaged.pt'}" for s in CONTEXT_AWARE if s in runs]
+    if gated:
+        commands.append([sys.executable, analysis / "gate_weights.py", *gated, "--data", data, "--cpu",
+                         "--out", out, "--force"])
+    if args.windows or args.heads:
+        commands.append([sys.executable, analysis / "window_sweep.py", "--sweep", args.out / "sweep",
+                         "--metric", "sacrebleu", "--out", out, "--force"])
+    for command in commands:
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"multi30k: {Path(command[1]).name} failed:\n{done.stderr}")
+        log(f"analysis: {Path(command[1]).stem} -> {out}")
+
+
+def report(args, data):
+    runs = load_runs(args)
+    refs = read_lines(data / "raw" / "test.de")
+    header, rows, records = results_table(args, runs, refs)
+    settings = json.loads((args.out / "settings.json").read_text(encoding="utf-8"))
+    note = (f"sacreBLEU on test_2016_flickr ({records[0]['signature']}), mean ± sample standard deviation over "
+            f"seeds {', '.join(map(str, args.seeds))}; {settings['max_update']} updates of 1024 tokens per run. "
+            f"Δ: mean over seeds minus the {BASELINE}'s. p (seeds pooled): paired bootstrap ({args.bootstrap_samples} "
+            f"resamples of the test sentences) of Δ; p per seed: the same test for each seed against the "
+            f"{BASELINE} with that seed (sacreBLEU's --paired-bs). ⇑/↑: better at p < 0.01/0.05, ⇓/↓: worse; "
+            f"no mark: not significant. Train steps/s with {settings['jobs']} runs sharing the CPU.")
+    text = write_table(args.out / "results.csv", args.out / "results.md", header, rows, note)
+    (args.out / "results.json").write_text(json.dumps(records, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    plot_results(records, args.out / "results.png")
+    print(text)
+    analyses(args, data, runs)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--out", type=Path, default=Path("runs/multi30k"), help="output folder (default runs/multi30k)")
+    parser.add_argument("--raw-dir", type=Path,
+                        help="the raw Multi30k files (default: $MULTI30K, else ../shared/data/multi30k_en_de)")
+    parser.add_argument("--merges", type=int, default=8000, help="BPE merges (default 8000)")
+    parser.add_argument("--seeds", type=number_list, default=[1, 2, 3], help="seeds, comma-separated (default 1,2,3)")
+    parser.add_argument("--max-update", type=int, default=DEFAULT_MAX_UPDATE,
+                        help=f"training updates per run, the same for every system (default {DEFAULT_MAX_UPDATE})")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all)")
+    parser.add_argument("--windows", type=number_list, default=[3, 7, 11],
+                        help="1D-CSAN window sizes of the sweep (default 3,7,11; '' for none)")
+    parser.add_argument("--heads", type=number_list, default=[1, 3],
+                        help="2D-CSAN head areas of the sweep (default 1,3; '' for none)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="runs at a time (default: one per core)")
+    parser.add_argument("--bootstrap-samples", type=int, default=1000)
+    args = parser.parse_args(argv)
+    args.systems = [s for s in args.systems.split(",") if s]
+    unknown = [s for s in args.systems if s not in SYSTEMS]
+    if unknown or not args.systems:
+        parser.error(f"--systems: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(SYSTEMS)}")
+    if not args.seeds:
+        parser.error("--seeds: give at least one seed")
+    for flag, value in (("--max-update", args.max_update), ("--jobs", args.jobs), ("--merges", args.merges),
+                        ("--bootstrap-samples", args.bootstrap_samples)):
+        if value < 1:
+            parser.error(f"{flag} must be a positive whole number, got {value}")
+    for value in args.windows + args.heads:
+        if value < 1 or value % 2 == 0:
+            parser.error(f"--windows and --heads take positive odd numbers, got {value}")
+    if any(n > 4 for n in args.heads):
+        parser.error("--heads: the small model has 4 heads, so the 2D area takes at most 3 (odd)")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings = {"max_update": args.max_update, "merges": args.merges, "model": MODEL, "training": training_args(args.max_update),
+                "jobs": args.jobs}
+    recorded = args.out / "settings.json"
+    if recorded.is_file():
+        before = json.loads(recorded.read_text(encoding="utf-8"))
+        if {k: v for k, v in before.items() if k != "jobs"} != {k: v for k, v in settings.items() if k != "jobs"}:
+            raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {recorded}); "
+                             "give another --out")
+    recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+
+    started = time.time()
+    data = (args.out / "data").resolve()
+    prepare = ["bash", HERE / "prepare.sh", "--out", data, "--merges", str(args.merges), "--no-download"]
+    if args.raw_dir:
+        prepare += ["--raw-dir", args.raw_dir]
+    log("preparing the data (examples/multi30k/prepare.sh)")
+    if subprocess.run(prepare).returncode != 0:
+        raise SystemExit("multi30k: data preparation failed (see above)")
+    run_all(args, data)
+    report(args, data)
+    log(f"done in {(time.time() - started) / 60:.1f} min: {args.out / 'results.md'}, {args.out / 'results.png'}, "
+        f"{args.out / 'analysis'}")
+
+
+if __name__ == "__main__":
+    main()

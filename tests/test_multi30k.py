@@ -1,0 +1,148 @@
+"""examples/multi30k/reproduce.py: its significance test against sacreBLEU's own, its
+refusals of bad settings, and (slow) a smoke run of the whole reproduction at a tiny budget."""
+
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+from sacrebleu.metrics import BLEU
+
+from conftest import REPO, shared_corpus
+from recipe_helpers import lines, run, write
+
+SCRIPT = REPO / "examples" / "multi30k" / "reproduce.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("multi30k_reproduce", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REFS = ["the cat sat on the mat .", "a dog runs in the park", "two men are playing football",
+        "a woman reads a book on a bench", "children swim in the lake", "the red car is parked outside",
+        "a man plays the guitar on stage", "people walk along the beach at sunset"]
+BASE = ["the cat sat on a mat", "a dog runs in a park", "two men play football", "a woman reads on a bench",
+        "kids swim in the lake", "the car is outside", "a man plays guitar", "people walk on the beach"]
+SYSTEM = ["the cat sat on the mat .", "a dog runs in the park", "two men are playing soccer",
+          "a woman reads a book on a bench", "children swim in a lake", "the red car is parked",
+          "a man plays the guitar on stage", "people walk along the beach"]
+
+
+def sacrebleu_paired_bs(tmp_path, samples):
+    for name, rows in (("ref", REFS), ("base", BASE), ("sys", SYSTEM)):
+        write(tmp_path / name, rows)
+    done = subprocess.run([sys.executable, "-m", "sacrebleu", tmp_path / "ref", "-i", tmp_path / "base",
+                           tmp_path / "sys", "--paired-bs", "--paired-bs-n", str(samples), "-m", "bleu", "-f", "json"],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)[1]["BLEU"]
+
+
+def test_one_seed_bootstrap_is_sacrebleus_paired_bs(tmp_path):
+    reproduce = load()
+    ours = reproduce.seed_pooled_bootstrap(REFS, [BASE], [SYSTEM], samples=200)
+    theirs = sacrebleu_paired_bs(tmp_path, 200)
+    assert ours["p_value"] == pytest.approx(theirs["p_value"], abs=1e-4)
+    expected = BLEU().corpus_score(SYSTEM, [REFS]).score - BLEU().corpus_score(BASE, [REFS]).score
+    assert ours["delta"] == pytest.approx(expected)
+    assert expected > 10  # a clear gain: the interval lies above zero
+    assert 0 < ours["ci"][0] < expected < ours["ci"][1]
+
+
+def test_seed_pooled_bootstrap_tests_the_difference_of_means():
+    reproduce = load()
+    other = ["the cat is on the mat", *SYSTEM[1:]]
+    pooled = reproduce.seed_pooled_bootstrap(REFS, [BASE, BASE], [SYSTEM, other], samples=200)
+    scores = [BLEU().corpus_score(h, [REFS]).score for h in (SYSTEM, other)]
+    assert pooled["delta"] == pytest.approx(statistics.fmean(scores) - BLEU().corpus_score(BASE, [REFS]).score)
+    # two copies of the same seed are that seed: the same resamples give the same test
+    single = reproduce.seed_pooled_bootstrap(REFS, [BASE], [SYSTEM], samples=200)
+    twice = reproduce.seed_pooled_bootstrap(REFS, [BASE, BASE], [SYSTEM, SYSTEM], samples=200)
+    assert twice["delta"] == pytest.approx(single["delta"]) and twice["p_value"] == single["p_value"]
+    assert twice["ci"] == pytest.approx(single["ci"])
+    # a system against itself: no difference, in every resample
+    same = reproduce.seed_pooled_bootstrap(REFS, [BASE], [BASE], samples=200)
+    assert same["delta"] == 0 and same["ci"] == [0, 0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--systems", "transformer,lstm"], "--systems: unknown lstm"),
+    (["--windows", "3,4"], "positive odd numbers, got 4"),
+    (["--heads", "5"], "at most 3"),
+    (["--seeds", ""], "--seeds: give at least one seed"),
+    (["--seeds", "1,x"], "comma-separated whole numbers"),
+    (["--max-update", "0"], "--max-update must be a positive whole number"),
+])
+def test_bad_settings_are_refused_before_any_work(tmp_path, args, message):
+    done = run([sys.executable, SCRIPT, "--out", tmp_path / "out", *args], check=False)
+    assert done.returncode == 2 and message in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_reproduction_smoke_run(tmp_path):
+    """The one command at a tiny budget on a slice of Multi30k: two systems, two seeds, one
+    sweep point; then a rerun that keeps every run, and a refused change of budget."""
+    m30k = shared_corpus("multi30k_en_de")
+    raw = tmp_path / "raw"
+    for lang in ("en", "de"):
+        write(raw / f"train.{lang}", lines(m30k / f"train.{lang}")[:1200])
+        write(raw / f"val.{lang}", lines(m30k / f"val.{lang}")[:40])
+        write(raw / f"test_2016_flickr.{lang}", lines(m30k / f"test_2016_flickr.{lang}")[:40])
+    out = tmp_path / "out"
+    command = [sys.executable, SCRIPT, "--raw-dir", raw, "--out", out, "--merges", 300, "--seeds", "1,2",
+               "--systems", "transformer,ctxaware", "--max-update", 8, "--windows", 3, "--heads", "",
+               "--bootstrap-samples", 100]
+    done = run(command)
+
+    records = {r["system"]: r for r in json.loads((out / "results.json").read_text())}
+    assert set(records) == {"transformer", "ctxaware"}
+    for system, record in records.items():
+        per_run = [json.loads((out / "runs" / system / f"seed{s}" / "eval" / "results.json").read_text())
+                   for s in (1, 2)]
+        assert record["sacrebleu"] == [r["sacrebleu"] for r in per_run]
+        assert record["mean"] == pytest.approx(statistics.fmean(record["sacrebleu"]))
+        assert record["sd"] == pytest.approx(statistics.stdev(record["sacrebleu"]))
+        assert all(r["sentences"] == 40 for r in per_run)
+    test = records["ctxaware"]["bootstrap"]
+    assert test["delta"] == pytest.approx(records["ctxaware"]["mean"] - records["transformer"]["mean"])
+    assert 0 < test["p_value"] <= 1 and len(records["ctxaware"]["bootstrap_per_seed"]) == 2
+    table = (out / "results.md").read_text()
+    assert "| ctxaware | transformer_ctxaware |" in table and "test_2016_flickr" in table
+    for name in ("results.png", "results.csv", "analysis/ngram_gap.csv", "analysis/length_buckets.png",
+                 "analysis/gate_weights.csv", "analysis/window_sweep.csv", "analysis/window_sweep.png"):
+        assert (out / name).is_file(), name
+    # n-gram gap of the pooled seeds: 2 x 40 lines of each system against the reference twice
+    assert len(lines(out / "analysis" / "pooled" / "ref.tok")) == 80
+    assert len(lines(out / "analysis" / "pooled" / "ctxaware.tok")) == 80
+    sweep = lines(out / "analysis" / "window_sweep.csv")
+    assert len(sweep) == 2 and sweep[1].startswith("window,3,")
+    assert "4/5 " in done.stderr or "5/5 " in done.stderr
+
+    # a rerun keeps every finished run and rewrites the report
+    checkpoint = out / "runs" / "ctxaware" / "seed1" / "checkpoints" / "checkpoint_last.pt"
+    before = checkpoint.stat().st_mtime
+    again = run(command)
+    assert checkpoint.stat().st_mtime == before
+    assert again.stderr.count("finished before; kept") == 5
+    # another budget in the same output folder is refused
+    refused = run([*command[:-2], "--max-update", 16], check=False)
+    assert refused.returncode != 0 and "other settings" in refused.stderr
+
+
+def test_prepare_names_the_missing_file_and_where_to_get_it(tmp_path):
+    (tmp_path / "raw").mkdir()
+    done = run(["bash", "examples/multi30k/prepare.sh", "--raw-dir", tmp_path / "raw", "--out", tmp_path / "out"],
+               check=False)
+    assert done.returncode == 2
+    assert f"missing Multi30k train: expected {tmp_path / 'raw' / 'train.en'} + {tmp_path / 'raw' / 'train.de'}" in done.stderr
+    assert "https://github.com/multi30k/dataset" in done.stderr
+
+
+def test_prepare_defaults_to_the_shared_copy_and_8000_merges():
+    done = run(["bash", "examples/multi30k/prepare.sh", "--help"])
+    assert "shared/data/multi30k_en_de" in done.stdout and "--merges N     BPE merge operations (default: 8000" in done.stdout
