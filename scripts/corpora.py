@@ -1,4 +1,5 @@
-"""The raw corpora of the task recipes (the three WMT/WAT tasks and Multi30k), and how to gather them (recipe step 1).
+"""The raw corpora of the task recipes (the three WMT/WAT tasks and Multi30k), and how to
+gather them (recipe step 1).
 
 For each task this file lists every corpus: the files it needs in the raw folder, the archive
 they come in and the archive's official location. ``gather`` finds each corpus in the raw
