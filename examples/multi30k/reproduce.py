@@ -20,13 +20,14 @@ Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a sma
 one-thread runs train faster together than one two-thread run). A finished run is kept when
 the command is run again, so more seeds or systems can be added later; the table and the
 analyses are rewritten every time. The model and training settings are recorded in
-OUT/settings.json, and a rerun with other ones is refused (use another --out).
+OUT/settings.json with the raw folder, and a rerun with other ones is refused (use another --out).
 """
 
 import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,14 @@ def training_args(max_update):
 
 DEFAULT_MAX_UPDATE = 1200
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`
+
+
+def cores():
+    """The cores this process may use (affinity and container limits included, where known)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def log(message):
@@ -131,7 +140,7 @@ def call(command, log_path, env):
         raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
 
 
-def main_run(args, data, system, seed, env):
+def main_run(args, data, system, seed, env, sharing):
     """Train and evaluate one system with one seed; kept when already finished."""
     run = args.out / "runs" / system / f"seed{seed}"
     if (run / "done").is_file():
@@ -145,7 +154,7 @@ def main_run(args, data, system, seed, env):
     call(["bash", ROOT / "scripts/evaluate.sh", "--data", data, "--checkpoints", run / "checkpoints",
           "--out", run / "eval", "--cpu", "--last", "5", "--name", system,
           "--bootstrap-samples", str(args.bootstrap_samples)], run / "eval.out", env)
-    (run / "timing.json").write_text(json.dumps({"train_s": trained, "total_s": time.time() - started}) + "\n")
+    (run / "timing.json").write_text(json.dumps({"train_s": trained, "total_s": time.time() - started, **sharing}) + "\n")
     (run / "done").write_text("")
     return run, time.time() - started
 
@@ -169,7 +178,7 @@ def run_all(args, data):
     jobs = [("main", system, seed) for seed in args.seeds for system in args.systems]
     jobs += [("window", None, m) for m in args.windows] + [("heads", None, n) for n in args.heads]
     workers = max(1, min(args.jobs, len(jobs)))
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, cores() // workers)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     log(f"{len(jobs)} runs ({len(args.systems)} systems x {len(args.seeds)} seeds + {len(jobs) - len(args.systems) * len(args.seeds)} "
         f"sweep points), {args.max_update} updates each, {workers} at a time with {threads} thread(s) each")
@@ -177,12 +186,13 @@ def run_all(args, data):
     def work(job):
         kind, system, value = job
         if kind == "main":
-            return main_run(args, data, system, value, env)
+            return main_run(args, data, system, value, env, {"runs_at_a_time": workers, "threads": threads})
         return sweep_run(args, data, kind, value, env)
 
     started, finished, failures = time.time(), 0, []
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(work, job): job for job in jobs}
+    pool = concurrent.futures.ThreadPoolExecutor(workers)
+    futures = {pool.submit(work, job): job for job in jobs}
+    try:
         for future in concurrent.futures.as_completed(futures):
             kind, system, value = futures[future]
             if future.cancelled():
@@ -194,8 +204,7 @@ def run_all(args, data):
             except Failed as error:
                 failures.append(str(error))
                 log(f"{finished}/{len(jobs)} {label}: FAILED")
-                for other in futures:
-                    other.cancel()
+                pool.shutdown(wait=False, cancel_futures=True)
                 continue
             if seconds is None:
                 log(f"{finished}/{len(jobs)} {label}: finished before; kept ({folder})")
@@ -204,6 +213,12 @@ def run_all(args, data):
             elapsed = time.time() - started
             log(f"{finished}/{len(jobs)} {label}: sacreBLEU {results['sacrebleu']:.2f} "
                 f"({'test' if kind == 'main' else 'dev'}) in {seconds / 60:.1f} min; {elapsed / 60:.0f} min so far")
+    except BaseException:
+        # Ctrl-C or an unexpected error: start nothing more (the running children get the
+        # same Ctrl-C from the terminal)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     if failures:
         raise SystemExit("multi30k: " + "\n".join(failures))
 
@@ -211,7 +226,7 @@ def run_all(args, data):
 # ---- the report -----------------------------------------------------------------------------
 
 def load_runs(args):
-    """{system: [(seed, results dict, hyp.detok lines, hyp.tok path, run folder)]} for finished runs."""
+    """{system: [(seed, results dict, hyp.detok lines, run folder)]}, every run finished."""
     runs = {}
     for system in args.systems:
         for seed in args.seeds:
@@ -273,6 +288,7 @@ def plot_results(records, path):
 def analyses(args, data, runs):
     """The analysis commands on these runs, into OUT/analysis (rewritten each time)."""
     out = args.out / "analysis"
+    shutil.rmtree(out, ignore_errors=True)  # nothing left over from a run with other systems
     pooled = out / "pooled"
     pooled.mkdir(parents=True, exist_ok=True)
     # n-gram precisions and BLEU are corpus sums, so the seeds' outputs are pooled by
@@ -293,7 +309,8 @@ def analyses(args, data, runs):
                          "--out", out, "--force"])
         commands.append([sys.executable, analysis / "length_buckets.py", "--src", pooled / "src.tok", "--ref",
                          pooled / "ref.tok", base, *others, "--groups", "5", "--out", out, "--force"])
-    gated = [f"--model={s}={runs[s][0][3] / 'eval' / 'averaged.pt'}" for s in CONTEXT_AWARE if s in runs]
+    first = args.seeds.index(1) if 1 in args.seeds else 0  # seed 1, else the first seed given
+    gated = [f"--model={s}={runs[s][first][3] / 'eval' / 'averaged.pt'}" for s in CONTEXT_AWARE if s in runs]
     if gated:
         commands.append([sys.executable, analysis / "gate_weights.py", *gated, "--data", data, "--cpu",
                          "--out", out, "--force"])
@@ -312,12 +329,18 @@ def report(args, data):
     refs = read_lines(data / "raw" / "test.de")
     header, rows, records = results_table(args, runs, refs)
     settings = json.loads((args.out / "settings.json").read_text(encoding="utf-8"))
+    shares = set()
+    for system in args.systems:
+        for seed in args.seeds:
+            timing = json.loads((args.out / "runs" / system / f"seed{seed}" / "timing.json").read_text(encoding="utf-8"))
+            shares.add((timing.get("runs_at_a_time"), timing.get("threads")))
+    sharing = "; ".join(f"{n} run(s) at a time with {t} thread(s) each" for n, t in sorted(shares, key=str))
     note = (f"sacreBLEU on test_2016_flickr ({records[0]['signature']}), mean ± sample standard deviation over "
             f"seeds {', '.join(map(str, args.seeds))}; {settings['max_update']} updates of 1024 tokens per run. "
             f"Δ: mean over seeds minus the {BASELINE}'s. p (seeds pooled): paired bootstrap ({args.bootstrap_samples} "
             f"resamples of the test sentences) of Δ; p per seed: the same test for each seed against the "
             f"{BASELINE} with that seed (sacreBLEU's --paired-bs). ⇑/↑: better at p < 0.01/0.05, ⇓/↓: worse; "
-            f"no mark: not significant. Train steps/s with {settings['jobs']} runs sharing the CPU.")
+            f"no mark: not significant. Train steps/s: mean of fairseq's ups over each run, {sharing}.")
     text = write_table(args.out / "results.csv", args.out / "results.md", header, rows, note)
     (args.out / "results.json").write_text(json.dumps(records, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     plot_results(records, args.out / "results.png")
@@ -341,7 +364,7 @@ def main(argv=None):
                         help="1D-CSAN window sizes of the sweep (default 3,7,11; '' for none)")
     parser.add_argument("--heads", type=number_list, default=[1, 3],
                         help="2D-CSAN head areas of the sweep (default 1,3; '' for none)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--jobs", type=int, default=cores(),
                         help="runs at a time (default: one per core)")
     parser.add_argument("--bootstrap-samples", type=int, default=1000)
     args = parser.parse_args(argv)
@@ -362,12 +385,13 @@ def main(argv=None):
         parser.error("--heads: the small model has 4 heads, so the 2D area takes at most 3 (odd)")
 
     args.out.mkdir(parents=True, exist_ok=True)
-    settings = {"max_update": args.max_update, "merges": args.merges, "model": MODEL, "training": training_args(args.max_update),
-                "jobs": args.jobs}
+    raw = args.raw_dir or os.environ.get("MULTI30K") or ROOT.parent / "shared" / "data" / "multi30k_en_de"
+    settings = {"raw_dir": str(Path(raw).resolve()), "max_update": args.max_update, "merges": args.merges,
+                "model": MODEL, "training": training_args(args.max_update)}
     recorded = args.out / "settings.json"
     if recorded.is_file():
         before = json.loads(recorded.read_text(encoding="utf-8"))
-        if {k: v for k, v in before.items() if k != "jobs"} != {k: v for k, v in settings.items() if k != "jobs"}:
+        if before != settings:
             raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {recorded}); "
                              "give another --out")
     recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
