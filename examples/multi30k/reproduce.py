@@ -58,6 +58,9 @@ CONTEXT_AWARE = ("ctxaware", "csan2d_ctxaware")
 MODEL = ["--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
          "--encoder-layers", "6", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "256",
          "--decoder-attention-heads", "4", "--decoder-layers", "3"]
+DEFAULT_MAX_UPDATE = 1200
+
+
 def training_args(max_update):
     """Vaswani et al.'s schedule with a short warm-up and a higher peak for a short run, batches
     of 1024 tokens (as scripts/train.sh --cpu-tiny); 12 checkpoints over the run (every 100
@@ -68,7 +71,6 @@ def training_args(max_update):
             "--log-interval", str(max(1, min(50, max_update // 8)))]
 
 
-DEFAULT_MAX_UPDATE = 1200
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`
 
 
@@ -92,8 +94,6 @@ def number_list(text):
 
 
 # ---- significance ---------------------------------------------------------------------------
-
-
 
 def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=BOOTSTRAP_SEED):
     """Paired bootstrap resampling (Koehn 2004) of the difference in mean sacreBLEU over seeds.
@@ -306,17 +306,17 @@ def analyses(args, data, runs):
     if BASELINE in runs and others:
         base = f"--baseline={BASELINE}={pooled / f'{BASELINE}.tok'}"
         commands.append([sys.executable, analysis / "ngram_gap.py", "--ref", pooled / "ref.tok", base, *others,
-                         "--out", out, "--force"])
+                         "--out", out])
         commands.append([sys.executable, analysis / "length_buckets.py", "--src", pooled / "src.tok", "--ref",
-                         pooled / "ref.tok", base, *others, "--groups", "5", "--out", out, "--force"])
+                         pooled / "ref.tok", base, *others, "--groups", "5", "--out", out])
     first = args.seeds.index(1) if 1 in args.seeds else 0  # seed 1, else the first seed given
     gated = [f"--model={s}={runs[s][first][3] / 'eval' / 'averaged.pt'}" for s in CONTEXT_AWARE if s in runs]
     if gated:
         commands.append([sys.executable, analysis / "gate_weights.py", *gated, "--data", data, "--cpu",
-                         "--out", out, "--force"])
+                         "--out", out])
     if args.windows or args.heads:
         commands.append([sys.executable, analysis / "window_sweep.py", "--sweep", args.out / "sweep",
-                         "--metric", "sacrebleu", "--out", out, "--force"])
+                         "--metric", "sacrebleu", "--out", out])
     for command in commands:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
