@@ -1,10 +1,18 @@
 """fairseq_csan: Convolutional and Context-Aware Self-Attention Networks as a fairseq plugin.
 
-Load it with ``--user-dir fairseq_csan`` or ``import fairseq_csan``; importing registers the
-models, the named architectures and the self-attention variants.
+Load it with ``--user-dir fairseq_csan`` (from the repository root; from any folder,
+``--user-dir "$(python -m fairseq_csan user-dir)"``) or ``import fairseq_csan``; importing
+registers the models, the named architectures and the self-attention variants, and applies
+our fixes to fairseq (``fairseq_compat``, ``cli_help``).
 """
 
 __version__ = "0.1.0"
 
+from fairseq import options as _options  # noqa: E402
+
 from . import fairseq_compat, models  # noqa: F401,E402  (registers everything)
+from .cli_help import help_lists_model_flags  # noqa: E402
 from .modules.context_gating import record_gates  # noqa: F401,E402  (gate values for analysis)
+
+# fairseq-train --user-dir fairseq_csan --arch ... --help lists the model's flags (cli_help.py)
+_options.parse_args_and_arch = help_lists_model_flags(_options.parse_args_and_arch)

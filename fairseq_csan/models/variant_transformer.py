@@ -161,6 +161,12 @@ def check_variant_args(args):
             f"--csan-layers must be an integer from 0 to the number of encoder layers "
             f"(--encoder-layers {args.encoder_layers}); got {layers!r}"
         )
+    if layers > 0 and args.encoder_self_attention == "standard":
+        raise ValueError(
+            f"--csan-layers {layers} needs a self-attention variant (a transformer_csan* or baseline "
+            "architecture, or --encoder-self-attention); this model's encoder uses 'standard', "
+            "which would ignore it"
+        )
 
 
 def check_context_args(args):

@@ -1,0 +1,49 @@
+"""``python -m fairseq_csan``: small facts about the installed plugin, for shell scripts.
+
+usage:
+  python -m fairseq_csan user-dir       the folder to give fairseq's --user-dir, from any folder:
+                                        fairseq-train ... --user-dir "$(python -m fairseq_csan user-dir)"
+  python -m fairseq_csan variant ARCH   the encoder self-attention variant of a registered
+                                        architecture: a name such as csan2d, 'standard' for our
+                                        architectures without one (transformer_ctxaware), or
+                                        'none' for fairseq's own architectures (transformer)
+"""
+
+import argparse
+import os
+import sys
+
+
+def user_dir() -> str:
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def variant(arch: str) -> str:
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
+
+    import fairseq_csan  # noqa: F401  (registers the architectures)
+
+    if arch not in ARCH_MODEL_NAME_REGISTRY:
+        ours = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_variant")
+        raise SystemExit(f"fairseq_csan: unknown architecture {arch!r}; ours: {', '.join(ours)}; "
+                         "or any fairseq architecture, such as transformer")
+    if ARCH_MODEL_NAME_REGISTRY[arch] != "transformer_variant":
+        return "none"
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return getattr(args, "encoder_self_attention", "standard")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m fairseq_csan", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("user-dir", help="print the folder to give fairseq's --user-dir")
+    v = sub.add_parser("variant", help="print the encoder self-attention variant of an architecture")
+    v.add_argument("arch")
+    args = parser.parse_args(argv)
+    print(user_dir() if args.command == "user-dir" else variant(args.arch))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
