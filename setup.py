@@ -2,13 +2,14 @@
 
 fairseq itself is installed by scripts/install.sh, not listed below: the only fairseq release
 that imports on Python 3.11 (fairseq-fixed 0.12.3.1) declares torchaudio, and pip would then
-replace torch 2.13 with the older torch that the newest torchaudio pins. See the README.
+replace torch 2.13 with the older torch that the newest torchaudio pins. See docs/troubleshooting.md.
 """
 
 from setuptools import find_packages, setup
 
 RECIPES = ["sacremoses>=0.1", "jieba>=0.42", "fugashi>=1.3", "unidic-lite>=1.0.8"]
 ANALYSIS = ["matplotlib>=3.5"]
+LOGGING = ["tensorboard>=2.10"]
 
 setup(
     name="fairseq_csan",
@@ -41,6 +42,9 @@ setup(
         "recipes": RECIPES,
         # the analysis commands' plots (scripts/analysis/)
         "analysis": ANALYSIS,
+        # fairseq-train --tensorboard-logdir (scripts/train.sh --tensorboard DIR); installed by
+        # scripts/install.sh. W&B (--wandb-project) needs `pip install wandb` besides.
+        "logging": LOGGING,
         "test": ["pytest>=7", *RECIPES, *ANALYSIS],
     },
 )

@@ -12,7 +12,10 @@
 #                Default: a toy En-De corpus that examples/quickstart/make_toy_corpus.py writes.
 #   SRC_LANG, TGT_LANG   language suffixes (default en, de)
 #   WORK         output folder (default work/quickstart/<corpus name>)
-#   ARCH         architecture (default transformer_csan2d)
+#   ARCH         architecture (default transformer_csan2d): any registered one, fairseq's
+#                transformer and our baselines included; a variant goes in the lower 2 of 3
+#                encoder layers
+#   DEVICE       auto (default: the GPU when torch sees one, else the CPU), cpu or cuda
 #   MAX_UPDATE   training updates (default 400 for the toy corpus, 600 for a real one)
 #   DIM          model width (default 128 toy, 256 real); FFN width is 2*DIM
 #   MAX_TOKENS   tokens per batch (default 4096)
@@ -40,6 +43,7 @@ else
   NAME=$(basename "$CORPUS"); MAX_UPDATE=${MAX_UPDATE:-600}; BPE_MERGES=${BPE_MERGES:-8000}; DIM=${DIM:-256}
 fi
 GEN_FLAGS=${GEN_FLAGS:-}
+DEVICE=${DEVICE:-auto}
 export PYTHONUNBUFFERED=1  # progress lines as they come
 WORK=${WORK:-work/quickstart/$NAME}
 
@@ -49,9 +53,34 @@ done_before() { [ "$FORCE" != 1 ] && [ -e "$1" ]; }
 for tool in fairseq-preprocess fairseq-train fairseq-generate subword-nmt sacrebleu; do
   command -v "$tool" >/dev/null || die "$tool not found; install first: bash scripts/install.sh"
 done
+# the architecture's encoder variant: our variants go in the lower 2 encoder layers; fairseq's
+# own architectures and ours without a variant (transformer_ctxaware) take no --csan-layers
+VARIANT=$(python -m fairseq_csan variant "$ARCH" 2>/dev/null) \
+  || die "$(python -m fairseq_csan variant "$ARCH" 2>&1 | grep -v '^INFO' | tail -1)"
+LAYER_FLAGS=()
+case "$VARIANT" in none|standard) ;; *) LAYER_FLAGS=(--csan-layers 2) ;; esac
+case "$DEVICE" in
+  auto) DEVICE=cpu; python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" && DEVICE=cuda ;;
+  cpu|cuda) ;;
+  *) die "DEVICE must be auto, cpu or cuda, got '$DEVICE'" ;;
+esac
+HW_FLAGS=()
+[ "$DEVICE" = cpu ] && HW_FLAGS=(--cpu)
+
+# the corpus, checked before anything is written
+if [ -n "$CORPUS" ]; then
+  [ -d "$CORPUS" ] || die "CORPUS=$CORPUS is not a folder"
+  for split in train val; do for lang in $SRC_LANG $TGT_LANG; do
+    [ -s "$CORPUS/$split.$lang" ] || die "missing $CORPUS/$split.$lang (expected train/val/test*.{$SRC_LANG,$TGT_LANG}; for another language pair set SRC_LANG and TGT_LANG, e.g. SRC_LANG=zh TGT_LANG=en)"
+  done; done
+  tests=$(cd "$CORPUS" && ls test*."$SRC_LANG" 2>/dev/null || true)
+  [ "$(echo "$tests" | grep -c .)" = 1 ] || die "expected exactly one test*.$SRC_LANG in $CORPUS, found: ${tests:-none}"
+  TEST=${tests%.$SRC_LANG}
+  [ -s "$CORPUS/$TEST.$TGT_LANG" ] || die "missing $CORPUS/$TEST.$TGT_LANG"
+fi
 
 mkdir -p "$WORK"
-say "work folder: $WORK (architecture $ARCH, $MAX_UPDATE updates)"
+say "work folder: $WORK (architecture $ARCH, $MAX_UPDATE updates, on the $DEVICE)"
 
 # 1. raw data --------------------------------------------------------------------------
 RAW=$WORK/raw
@@ -61,14 +90,6 @@ if [ -z "$CORPUS" ]; then
   else say "1/6 writing the toy corpus"; python "$ROOT/examples/quickstart/make_toy_corpus.py" "$RAW" $TOY_ARGS; fi
   TEST=test
 else
-  [ -d "$CORPUS" ] || die "CORPUS=$CORPUS is not a folder"
-  for split in train val; do for lang in $SRC_LANG $TGT_LANG; do
-    [ -s "$CORPUS/$split.$lang" ] || die "missing $CORPUS/$split.$lang (expected train/val/test*.{$SRC_LANG,$TGT_LANG})"
-  done; done
-  tests=$(cd "$CORPUS" && ls test*."$SRC_LANG" 2>/dev/null || true)
-  [ "$(echo "$tests" | grep -c .)" = 1 ] || die "expected exactly one test*.$SRC_LANG in $CORPUS, found: ${tests:-none}"
-  TEST=${tests%.$SRC_LANG}
-  [ -s "$CORPUS/$TEST.$TGT_LANG" ] || die "missing $CORPUS/$TEST.$TGT_LANG"
   if done_before "$RAW/test.$TGT_LANG"; then say "1/6 corpus already copied into $RAW; skipped"
   else
     say "1/6 reading $CORPUS (test split: $TEST)"
@@ -115,10 +136,10 @@ if [ "$FORCE" = 1 ]; then rm -rf "$CKPT"; fi
 say "4/6 fairseq-train --arch $ARCH for $MAX_UPDATE updates (resumes from $CKPT if it holds a checkpoint)"
 # a small model: DIM wide, 4 heads, 3+3 layers; the architecture's variant (2D-CSAN by default) in the lower 2 encoder layers
 # shellcheck disable=SC2086
-fairseq-train "$BIN" --user-dir "$ROOT/fairseq_csan" --arch "$ARCH" --cpu \
+fairseq-train "$BIN" --user-dir "$ROOT/fairseq_csan" --arch "$ARCH" "${HW_FLAGS[@]}" \
   --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM" \
   --encoder-ffn-embed-dim $((2 * DIM)) --decoder-ffn-embed-dim $((2 * DIM)) \
-  --encoder-attention-heads 4 --decoder-attention-heads 4 --csan-layers 2 \
+  --encoder-attention-heads 4 --decoder-attention-heads 4 "${LAYER_FLAGS[@]}" \
   --share-all-embeddings --dropout 0.1 \
   --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
   --lr 1.5e-3 --lr-scheduler inverse_sqrt --warmup-updates 100 \
@@ -135,7 +156,7 @@ OUT=$WORK/translations/$ARCH
 mkdir -p "$OUT"
 say "5/6 fairseq-generate on the test set (beam 5)"
 # shellcheck disable=SC2086
-fairseq-generate "$BIN" --user-dir "$ROOT/fairseq_csan" --path "$CKPT/checkpoint_last.pt" --cpu \
+fairseq-generate "$BIN" --user-dir "$ROOT/fairseq_csan" --path "$CKPT/checkpoint_last.pt" "${HW_FLAGS[@]}" \
   --gen-subset test --beam 5 --max-tokens 8000 --remove-bpe $GEN_FLAGS > "$OUT/generate.log" 2>&1 \
   || die "fairseq-generate failed; see $OUT/generate.log"
 grep '^H-' "$OUT/generate.log" | sed 's/^H-//' | sort -n -k1,1 | cut -f3 > "$OUT/test.hyp"

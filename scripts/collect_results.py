@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 TASK_TITLES = {"wmt14_en_de": "WMT14 En⇒De", "wmt17_zh_en": "WMT17 Zh⇒En", "wat17_ja_en": "WAT17 Ja⇒En"}
-METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU", "sacrebleu": "sacreBLEU"}
+METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU", "sacrebleu": "sacreBLEU",
+           "chrf": "chrF"}
 
 
 def load(folders):
@@ -37,6 +38,13 @@ def params_millions(run):
 def speed(run):
     train = run.get("train") or {}
     return f"{train['steps_per_s']:.2f}" if train.get("steps_per_s") is not None else "-"
+
+
+def significance(run, metric):
+    """The mark of the paired bootstrap: of chrF for the chrF column, else of tokenised BLEU."""
+    if metric == "chrf":
+        return ((run.get("bootstrap") or {}).get("chrf") or {}).get("mark", "")
+    return run.get("mark", "")
 
 
 def table(runs, metric="bleu_tok"):
@@ -65,7 +73,7 @@ def table(runs, metric="bleu_tok"):
                 row += ["-", "-", "-"]
                 continue
             value = run.get(metric)
-            bleu = f"{value:.2f}{run.get('mark', '')}" if value is not None else "-"
+            bleu = f"{value:.2f}{significance(run, metric)}" if value is not None else "-"
             row += [params_millions(run), speed(run), bleu]
         rows.append("| " + " | ".join(row) + " |")
     baselines = sorted({r["bootstrap"]["baseline"] for r in runs if r.get("bootstrap")})
@@ -75,13 +83,17 @@ def table(runs, metric="bleu_tok"):
         f"BLEU: {METRICS.get(metric, metric)} on each task's test set. Speed: training steps/s "
         "(mean of fairseq's 'ups'). #Params: trained parameters.",
     ]
-    if baselines:
+    if baselines and metric == "chrf":
+        notes.append(f"⇑ / ↑: significantly better than the baseline ({', '.join(baselines)}) at p < 0.01 / 0.05, "
+                     f"⇓ / ↓ worse; paired bootstrap resampling of chrF, {'/'.join(map(str, samples))} "
+                     "samples (sacreBLEU's PairedTest).")
+    elif baselines:
         notes.append(f"⇑ / ↑: significantly better than the baseline ({', '.join(baselines)}) at p < 0.01 / 0.05, "
                      f"⇓ / ↓ worse; paired bootstrap resampling of tokenised BLEU, {'/'.join(map(str, samples))} "
                      "samples (sacreBLEU --paired-bs).")
-    signatures = sorted({r["sacrebleu_signature"] for r in runs if metric == "sacrebleu"})
+    signatures = sorted({r.get(f"{metric}_signature") for r in runs if metric in ("sacrebleu", "chrf")} - {None})
     if signatures:
-        notes.append("sacreBLEU signature: " + "; ".join(signatures))
+        notes.append(f"{METRICS[metric]} signature: " + "; ".join(signatures))
     return "\n".join(rows + notes) + "\n"
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Evaluate a trained model as the papers do: average the last checkpoints, decode the test
 # set with beam 4 and length penalty 0.6, and report tokenised BLEU (and compound-split BLEU
-# for En-De), sacreBLEU with its signature, decoding speed, and, given the baseline's
-# evaluation, paired bootstrap significance. See the README's "Recipes" section.
+# for En-De), sacreBLEU and chrF with their signatures, decoding speed, and, given the
+# baseline's evaluation, paired bootstrap significance of tokenised BLEU and of chrF.
+# See docs/recipes.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 
@@ -26,6 +27,7 @@ usage: scripts/evaluate.sh --data DIR --checkpoints DIR --out DIR [options]
   --bootstrap-samples N  resamples for the bootstrap (default 1000)
   --name NAME        the system's name in tables (default: its architecture)
   --cpu              decode on the CPU            --fp16   decode in fp16 (GPU)
+  --progress-every S while decoding, report the sentences done every S seconds (default 30)
   --force            redo the evaluation in an --out that holds one of other checkpoints
                      or settings (its outputs are replaced)
 EOF
@@ -35,7 +37,7 @@ die() { echo "[evaluate] error: $*" >&2; exit 2; }
 log() { echo "[evaluate] $*" >&2; }
 
 data="" ckdir="" out="" last="" checkpoint="" subset=test beam=4 lenpen=0.6 batch=128
-baseline="" samples=1000 name="" hw=() force=0
+baseline="" samples=1000 name="" hw=() force=0 progress_every=30
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data="${2:?}"; shift 2 ;;
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
     --cpu) hw+=(--cpu); shift ;;
     --fp16) hw+=(--fp16); shift ;;
     --force) force=1; shift ;;
+    --progress-every) progress_every="${2:?}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument '$1'" ;;
   esac
@@ -62,7 +65,7 @@ done
 [ -n "$ckdir" ] || [ -n "$checkpoint" ] || die "--checkpoints DIR (or --checkpoint FILE) is required"
 [ -f "$data/recipe.env" ] && [ -d "$data/data-bin" ] || die "$data is not a prepared task folder (no recipe.env or data-bin/; run examples/*/prepare.sh)"
 case "$subset" in test|valid) ;; *) die "--subset must be test or valid, got '$subset'" ;; esac
-for pair in "beam:$beam" "batch-size:$batch" "bootstrap-samples:$samples" ${last:+"last:$last"}; do
+for pair in "beam:$beam" "batch-size:$batch" "bootstrap-samples:$samples" "progress-every:$progress_every" ${last:+"last:$last"}; do
   [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || die "--${pair%%:*} must be a positive whole number, got '${pair#*:}'"
 done
 [[ "$lenpen" =~ ^[0-9]*\.?[0-9]+$ ]] || die "--lenpen must be a number, got '$lenpen'"
@@ -87,7 +90,7 @@ if [ -n "$checkpoint" ]; then
   inputs=("$checkpoint")
 else
   mapfile -t inputs < <(python "$ROOT/scripts/average_checkpoints.py" --dir "$ckdir" --last "$last" --list) \
-    && [ ${#inputs[@]} -gt 0 ] || die "cannot choose the last $last checkpoints of $ckdir (see above)"
+    && [ ${#inputs[@]} -gt 0 ] || die "cannot choose the last $last checkpoints of $ckdir (see above); --last N averages fewer, --checkpoint FILE takes one"
 fi
 identity="$(for f in "${inputs[@]}"; do echo "checkpoint=$(cd "$(dirname "$f")" && pwd -P)/$(basename "$f") $(stat -c %Y "$f")"; done)
 averaged=$([ -n "$checkpoint" ] && echo no || echo yes)
@@ -125,16 +128,27 @@ gen="$out/generate.txt"
 if [ -f "$gen" ]; then
   log "2/3 $gen (the same model and settings) exists; kept"
 else
-  log "2/3 decoding $subset: beam $beam, length penalty $lenpen, output length <= source + 50"
+  total=$(wc -l < "$data/tok/$subset.$tgt")
+  log "2/3 decoding $subset ($total sentences): beam $beam, length penalty $lenpen, output length <= source + 50"
   # the hypotheses (stdout) and the log with the timing line (stderr) go to separate files,
-  # so that no log line can land inside a hypothesis
-  if ! fairseq-generate "$data/data-bin" --user-dir "$ROOT/fairseq_csan" --path "$model" \
+  # so that no log line can land inside a hypothesis; a watcher reports progress meanwhile
+  rm -f "$gen.tmp"
+  ( while sleep "$progress_every"; do
+      log "    decoded $(grep -c '^H-' "$gen.tmp" 2>/dev/null || true) of $total sentences"
+    done ) &
+  watcher=$!
+  status=0
+  PYTHONUNBUFFERED=1 fairseq-generate "$data/data-bin" --user-dir "$ROOT/fairseq_csan" --path "$model" \
       --source-lang "$src" --target-lang "$tgt" --gen-subset "$subset" \
       --beam "$beam" --lenpen "$lenpen" --max-len-a 1 --max-len-b 50 --remove-bpe \
-      --batch-size "$batch" "${hw[@]}" > "$gen.tmp" 2> "$out/generate.log"; then
+      --batch-size "$batch" "${hw[@]}" > "$gen.tmp" 2> "$out/generate.log" || status=$?
+  kill "$watcher" 2>/dev/null || true
+  wait "$watcher" 2>/dev/null || true
+  if [ "$status" != 0 ]; then
     tail -20 "$out/generate.log" >&2
     die "fairseq-generate failed (its log: $out/generate.log)"
   fi
+  log "    decoded $(grep -c '^H-' "$gen.tmp" || true) of $total sentences"
   mv "$gen.tmp" "$gen"
 fi
 

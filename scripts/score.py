@@ -16,13 +16,16 @@ and prints them. The figures:
   bleu_compound  (--compound-split, En-De) the same after splitting hyphenated compounds,
                  "a-b" -> "a ##AT##-##AT## b" on both sides, the customary WMT14 En-De number
   sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature
+  chrf           sacreBLEU's chrF (chrF2: character 6-grams, beta 2) of hyp.detok against the
+                 raw reference, with its signature
   decode_sent_per_s  from fairseq-generate's own timing line (in LOG, its standard error)
   train_steps_per_s  mean of the 'ups' column of the training log's train_inner lines
   params         the trained parameter count fairseq logged at the start of training
   bootstrap      with --baseline: sacreBLEU's paired bootstrap resampling (--paired-bs) of
                  bleu_tok against the baseline's hyp.tok, its p-value and the mark:
                  ⇑ / ↑ better at p < 0.01 / 0.05, ⇓ / ↓ worse, none otherwise (Koehn 2004;
-                 the CSAN paper's Table 2 marks)
+                 the CSAN paper's Table 2 marks); and the same test of chrF on hyp.detok
+                 against the baseline's hyp.detok (sacreBLEU's PairedTest, the same seed)
 """
 
 import argparse
@@ -32,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
 
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s")
 UPS = re.compile(r"\| train_inner \|.*?\bups=(\d+(?:\.\d+)?)")
@@ -109,6 +112,21 @@ def paired_bootstrap(ref_tok: Path, baseline_hyp: Path, system_hyp: Path, sample
             "bleu": system["score"], "p_value": system["p_value"], "ci": system["ci"]}
 
 
+def paired_bootstrap_chrf(ref_raw, baseline_detok, system_detok, samples: int):
+    """sacreBLEU's paired bootstrap of chrF on detokenised text (its Python API: its command line
+    cannot write chrF's bootstrap as JSON); the same resampling and seed as --paired-bs."""
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest([("baseline", baseline_detok), ("system", system_detok)], {"chrF": CHRF()},
+                      [ref_raw], test_type="bs", n_samples=samples)
+    signatures, scores = test()
+    (name,) = [key for key in scores if key != "System"]
+    base, system = scores[name]
+    return {"samples": samples, "signature": str(signatures[name]), "baseline_chrf": float(base.score),
+            "chrf": float(system.score), "p_value": float(system.p_value),
+            "mark": mark(float(system.score) - float(base.score), float(system.p_value))}
+
+
 def mark(delta: float, p_value: float) -> str:
     if p_value is None or p_value >= 0.05 or delta == 0:
         return ""
@@ -135,6 +153,8 @@ def score(args):
 
     sacre = BLEU()
     sacre_score = sacre.corpus_score(detoks, [refs_raw])
+    chrf = CHRF()
+    chrf_score = chrf.corpus_score(detoks, [refs_raw])
     results = {
         "name": args.name or out.name,
         "arch": args.arch,
@@ -145,6 +165,9 @@ def score(args):
         "sacrebleu": sacre_score.score,
         "sacrebleu_signature": str(sacre.get_signature()),
         "sacrebleu_text": str(sacre_score),
+        "chrf": chrf_score.score,
+        "chrf_signature": str(chrf.get_signature()),
+        "chrf_text": str(chrf_score),
         "decode": decode_speed(args.decode_log or args.generate_log),
         "train": train_speed(args.train_log),
         "bootstrap": None,
@@ -162,6 +185,9 @@ def score(args):
         test = paired_bootstrap(args.ref_tok, baseline_hyp, out / "hyp.tok", args.bootstrap_samples)
         base_results = args.baseline / "results.json"
         test["baseline"] = json.loads(base_results.read_text())["name"] if base_results.is_file() else str(args.baseline)
+        baseline_detok = args.baseline / "hyp.detok"
+        if baseline_detok.is_file():
+            test["chrf"] = paired_bootstrap_chrf(refs_raw, read_lines(baseline_detok), detoks, args.bootstrap_samples)
         results["bootstrap"] = test
         results["mark"] = mark(test["bleu"] - test["baseline_bleu"], test["p_value"])
     (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -175,6 +201,8 @@ def summary(r):
     if r["bleu_compound"] is not None:
         lines.append(f"- compound-split BLEU: {r['bleu_compound']:.2f}")
     lines.append(f"- sacreBLEU (detokenised): {r['sacrebleu_text']}")
+    if r.get("chrf") is not None:
+        lines.append(f"- chrF (detokenised): {r['chrf_text']}")
     if r["decode"]:
         lines.append(f"- decoding: {r['decode']['sent_per_s']:.2f} sentences/s "
                      f"({r['decode']['sentences']} sentences in {r['decode']['seconds']:.1f}s)")
@@ -186,6 +214,9 @@ def summary(r):
     if b := r["bootstrap"]:
         lines.append(f"- paired bootstrap against {b['baseline']} ({b['samples']} samples, tokenised BLEU): "
                      f"{b['baseline_bleu']:.2f} -> {b['bleu']:.2f}, p = {b['p_value']:.4f} {r['mark']}".rstrip())
+        if c := b.get("chrf"):
+            lines.append(f"- paired bootstrap of chrF against {b['baseline']}: {c['baseline_chrf']:.2f} -> "
+                         f"{c['chrf']:.2f}, p = {c['p_value']:.4f} {c['mark']}".rstrip())
     return "\n".join(lines)
 
 

@@ -54,6 +54,14 @@ for a in "${extra[@]}"; do
 done
 if [ "$tiny" = 1 ]; then train_args+=(--cpu-tiny); eval_args+=(--cpu); fi
 
+# every input checked before any run folder is made
+[ -f "$data/recipe.env" ] && [ -d "$data/data-bin" ] \
+  || die "--data $data is not a prepared task folder (no recipe.env or data-bin/; run examples/*/prepare.sh)"
+[[ "$last" =~ ^[1-9][0-9]*$ ]] || die "--last must be a positive whole number, got '$last'"
+[ -n "$windows$heads" ] || die "nothing to run: --windows and --heads are both empty"
+bash "$ROOT/scripts/train.sh" --data "$data" --arch transformer_csan1d --save-dir "$out/check" --dry-run \
+  "${train_args[@]}" -- "${fairseq_args[@]}" > /dev/null || die "scripts/train.sh refuses these options (above)"
+
 run() {  # run NAME KIND VALUE ARCH FLAGS...
   local name=$1 kind=$2 value=$3 arch=$4; shift 4
   local dir="$out/$name"

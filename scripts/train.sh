@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train any architecture on a prepared task with the papers' setup: Transformer base or big
-# hyper-parameters (Vaswani et al. 2017) on 8 GPUs x 4096 tokens. See the README's
-# "Recipes" section for where every hyper-parameter comes from.
+# hyper-parameters (Vaswani et al. 2017) on 8 GPUs x 4096 tokens. See docs/recipes.md
+# for where every hyper-parameter comes from.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 
@@ -24,10 +24,14 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
   --max-tokens N    tokens per GPU per step (default 4096)
   --max-update N    training updates (default: 100000 base, 300000 big)
   --seed N          random seed (default 1)
+  --tensorboard DIR TensorBoard event files in DIR (fairseq's --tensorboard-logdir; needs the
+                    logging extra, which scripts/install.sh installs)
+  --wandb PROJECT   log to Weights & Biases (fairseq's --wandb-project; pip install wandb first)
   --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
   --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
-                    (default 16), a checkpoint every 4 updates, fp32 (or --precision bf16);
-                    for tests and first tries
+                    (default 16), 8 checkpoints (one every max-update/8 updates, so that
+                    evaluate.sh's default average of 5 finds enough), fp32 (or --precision
+                    bf16); for tests and first tries
 Arguments after -- go to fairseq-train unchanged and override the ones above.
 EOF
 }
@@ -42,7 +46,7 @@ quote() {
 }
 
 data="" arch="" save="" size="" gpus="" precision="" max_tokens=4096 max_update="" seed=1
-dry_run=0 tiny=0 extra=() share_mode=auto
+dry_run=0 tiny=0 extra=() share_mode=auto tensorboard="" wandb=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data="${2:?--data needs a folder}"; shift 2 ;;
@@ -55,6 +59,8 @@ while [ $# -gt 0 ]; do
     --max-update) max_update="${2:?--max-update needs a number}"; shift 2 ;;
     --seed) seed="${2:?--seed needs a number}"; shift 2 ;;
     --share) share_mode="${2:?--share needs auto, all, decoder or none}"; shift 2 ;;
+    --tensorboard) tensorboard="${2:?--tensorboard needs a folder}"; shift 2 ;;
+    --wandb) wandb="${2:?--wandb needs a project name}"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --cpu-tiny) tiny=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -106,7 +112,7 @@ case "$share_mode" in
   none) share=() ;;
 esac
 
-# hyper-parameters (Vaswani et al. 2017, section 5; the README's Recipes section)
+# hyper-parameters (Vaswani et al. 2017, section 5; docs/recipes.md)
 if [ "$size" = base ]; then d_model=512 dropout=0.1 default_updates=100000
 else d_model=1024 dropout=0.3 default_updates=300000; fi
 warmup=4000
@@ -131,7 +137,8 @@ if [ "$tiny" = 1 ]; then
   tiny_args=(--encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4
              --encoder-layers 3 --decoder-embed-dim 64 --decoder-ffn-embed-dim 128
              --decoder-attention-heads 4 --decoder-layers 2)
-  max_tokens=1024 warmup=4 lr=0.001 save_every=4 log_every=2
+  max_tokens=1024 warmup=4 lr=0.001 log_every=2
+  save_every=$(( max_update / 8 )); [ "$save_every" -ge 1 ] || save_every=1
 else
   if [ -z "$gpus" ]; then
     if [ "$dry_run" = 1 ]; then gpus=8
@@ -149,6 +156,17 @@ else
   save_every=1000 log_every=100
 fi
 
+logging=()
+if [ -n "$tensorboard" ]; then
+  [ "$dry_run" = 1 ] || python -c "import torch.utils.tensorboard" 2>/dev/null \
+    || die "--tensorboard needs TensorBoard: pip install -e '$ROOT[logging]' (scripts/install.sh installs it)"
+  logging+=(--tensorboard-logdir "$tensorboard")
+fi
+if [ -n "$wandb" ]; then
+  [ "$dry_run" = 1 ] || python -c "import wandb" 2>/dev/null || die "--wandb needs the wandb package: pip install wandb"
+  logging+=(--wandb-project "$wandb")
+fi
+
 cmd=("${runner[@]}" "$bin" --user-dir "$ROOT/fairseq_csan" --arch "$arch" "${tiny_args[@]}"
   --source-lang "$src" --target-lang "$tgt" "${share[@]}"
   --optimizer adam --adam-betas "(0.9, 0.98)" --adam-eps 1e-9
@@ -157,7 +175,7 @@ cmd=("${runner[@]}" "$bin" --user-dir "$ROOT/fairseq_csan" --arch "$arch" "${tin
   --dropout "$dropout" --weight-decay 0.0 --clip-norm 0.0
   --max-tokens "$max_tokens" --max-update "$max_update" "${hw[@]}"
   --save-dir "$save" --save-interval-updates "$save_every" --keep-interval-updates 20 --no-epoch-checkpoints
-  --log-format simple --log-interval "$log_every" --seed "$seed"
+  --log-format simple --log-interval "$log_every" --seed "$seed" "${logging[@]}"
   "${extra[@]}")
 
 if [ "$dry_run" = 1 ]; then

@@ -151,8 +151,8 @@ def test_ende_missing_input_stops_with_the_file_and_its_source(ende, tmp_path):
 
 def test_ende_training_resumes_and_refuses_another_run(ende):
     save = ende["work"] / "ck_base"
-    assert sorted(p.name for p in save.glob("checkpoint_1_*.pt")) == [
-        "checkpoint_1_12.pt", "checkpoint_1_16.pt", "checkpoint_1_4.pt", "checkpoint_1_8.pt"]
+    # --cpu-tiny keeps 8 checkpoints, enough for evaluate.sh's default average of the last 5
+    assert sorted(int(p.stem.split("_")[-1]) for p in save.glob("checkpoint_1_*.pt")) == list(range(2, 17, 2))
     speed = run(["python", "scripts/score.py", "speed", save / "train.log"]).stdout
     assert "training steps/s" in speed
     other = run(["bash", "scripts/train.sh", "--data", ende["out"], "--arch", "transformer_csan1d",

@@ -384,16 +384,23 @@ def main(argv=None):
     if any(n > 4 for n in args.heads):
         parser.error("--heads: the small model has 4 heads, so the 2D area takes at most 3 (odd)")
 
-    args.out.mkdir(parents=True, exist_ok=True)
     raw = args.raw_dir or os.environ.get("MULTI30K") or ROOT.parent / "shared" / "data" / "multi30k_en_de"
+    missing = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")
+               if not (Path(raw) / f"{split}.{lang}").is_file()]
+    if missing:  # checked before anything is written, so a corrected rerun starts clean
+        parser.error(f"the raw Multi30k folder {raw} lacks {', '.join(missing)}; give --raw-dir (or $MULTI30K) "
+                     "a folder with Multi30k task 1's train, val and test_2016_flickr files (.en, .de); "
+                     "see examples/multi30k/README.md")
     settings = {"raw_dir": str(Path(raw).resolve()), "max_update": args.max_update, "merges": args.merges,
                 "model": MODEL, "training": training_args(args.max_update)}
     recorded = args.out / "settings.json"
-    if recorded.is_file():
+    holds_runs = any((args.out / "runs").glob("*/seed*")) or any((args.out / "sweep").glob("*"))
+    if recorded.is_file() and holds_runs:
         before = json.loads(recorded.read_text(encoding="utf-8"))
         if before != settings:
             raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {recorded}); "
                              "give another --out")
+    args.out.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
 
     started = time.time()

@@ -9,6 +9,9 @@ from sacrebleu.metrics import BLEU
 
 
 def read_lines(path):
+    """The lines of a text file; a missing file stops the command with its name, not a traceback."""
+    if not Path(path).is_file():
+        raise SystemExit(f"error: no file {path}")
     with open(path, encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
 

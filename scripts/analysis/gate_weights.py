@@ -197,6 +197,14 @@ def main(argv=None):
         if not sep or not Path(path).is_file():
             parser.error(f"--model takes NAME=CHECKPOINT with an existing file, got '{spec}'")
         models.append((name, Path(path)))
+    # everything the models will read, checked before any model is loaded
+    if not sorted(data.glob("dict.*.txt")):
+        parser.error(f"--data {args.data}: no dict.*.txt there (give a prepared task folder or its data-bin/)")
+    if not sorted(data.glob(f"{args.subset}.*.bin")):
+        parser.error(f"--data {args.data}: no binarised '{args.subset}' subset there ({args.subset}.*.bin); "
+                     "--subset takes test or valid")
+    if args.pos and not args.pos.is_file():
+        parser.error(f"--pos {args.pos}: no such file")
     layer_paths = outputs(args.out, "gate_weights", args.force)
     pos_paths = outputs(args.out, "gate_weights_pos", args.force) if args.pos else None
     pos_lines = read_lines(args.pos) if args.pos else None
