@@ -24,7 +24,7 @@ attention is computed block by block (the blocks become the batch), so it costs
 O(T r) rather than O(T^2). New parameters per layer: 14 d^2 + 9 d (source2token 2 d^2,
 inter-block SAN 4 d^2, block gate 2 d^2, fusion 6 d^2).
 
-Choices where the paper is silent (see the README): blocks start at each sentence's first
+Choices where the paper is silent (see docs/implementation.md): blocks start at each sentence's first
 token, whatever the padding; a block of padding only is left out of the inter-block SAN;
 the directional masks keep the diagonal (as ``bidirect``); r defaults to 4, near Bi-BloSAN's
 memory-optimal r = (2n)^(1/3) for WMT sentence lengths n of about 30.

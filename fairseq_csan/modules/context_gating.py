@@ -21,7 +21,7 @@ On the decoder side (footnote 2) the mean at step t is over the tokens 1..t (the
 prefix mean). Since C U is linear in C, a context made of per-sentence means is projected
 once per sentence (encoder) and broadcast to its tokens; only the deep part is per token.
 
-Choices where the paper is silent, made here once (see the README):
+Choices where the paper is silent, made here once (see docs/implementation.md):
 
 - H^l is the input that layer l's self-attention receives: the layer input in the papers'
   post-norm Transformer, and in a pre-norm one (``--encoder-normalize-before``) the

@@ -19,7 +19,7 @@ the module receives LN(x), and the layer computes x + dropout(SAN(x^C) + x^C - L
 
 Padding slots are zeroed before each convolution, so a sentence sees zeros beyond its
 edges whatever the padding side. ``--cnn-conv full`` uses ordinary d x d x w convolutions
-instead (see the README on the paper's +42.6M).
+instead (see docs/architectures.md on the paper's +42.6M).
 """
 
 import torch.nn as nn

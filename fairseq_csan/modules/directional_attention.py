@@ -13,7 +13,7 @@ re-implements it, Yang et al., NAACL 2019, Table 1) the first ceil(H/2) heads ta
 forward mask and the rest the backward mask, so the layer's output still concatenates both
 directions.
 
-Choice where the paper is silent (see the README): each token also attends to itself.
+Choice where the paper is silent (see docs/implementation.md): each token also attends to itself.
 DiSAN's strict masks leave the first token's forward row and the last token's backward
 row empty; keeping the diagonal gives every row at least one key. No parameter is added.
 """

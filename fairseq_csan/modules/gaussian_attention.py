@@ -18,7 +18,7 @@ U_d in R^d, and I the sentence length (``--locality-hidden`` N makes W_p N x d).
 - ``neighbor`` (Sperber et al., "Self-Attentional Acoustic Models", Interspeech 2018,
   whose Gaussian mask -(i - j)^2 / (2 sigma^2) is centred on the token): P_i = i, and the
   width D_i is predicted as the CSAN paper describes it (Sperber et al. learn one sigma per
-  head instead; see the README);
+  head instead; see docs/implementation.md);
 - ``local_hard`` (Luong et al., "Effective Approaches to Attention-based Neural Machine
   Translation", EMNLP 2015, local-p, eqs. 9-10): the centre P_i is predicted, the width
   is a fixed D (``--local-window``, Luong's D = 10, so sigma = 5);
