@@ -25,6 +25,11 @@ Choices where the papers are silent (see the README):
   values, which is not the paper's formula.)
 
 Neither variant adds a parameter: both only restrict which keys the shared core attends to.
+
+Two exact paths compute the same attention (``--csan-impl``): ``dense``, the core's masked
+kernel over all T x N·T pairs, and ``banded`` (:mod:`.banded_attention`), which scores only
+the keys near each block of queries, O(T·N·M). ``auto`` (the default) takes the banded path
+from ``BANDED_FROM`` tokens on, the crossover measured in docs/long_inputs.md.
 """
 
 import torch
@@ -32,7 +37,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .attention_core import SelfAttention
+from .banded_attention import banded_attention
 from .registry import register_self_attention
+
+IMPLEMENTATIONS = ("auto", "dense", "banded")
+BANDED_FROM = 192  # tokens; below it the dense path is faster on our 2-core CPU (docs/long_inputs.md)
 
 
 def _check_area_heads(area_heads, num_heads: int):
@@ -42,6 +51,16 @@ def _check_area_heads(area_heads, num_heads: int):
             f"--csan-heads must be at most the number of attention heads "
             f"(--encoder-attention-heads {num_heads}); got {area_heads}"
         )
+
+
+def _check_impl(impl):
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"--csan-impl must be one of {', '.join(IMPLEMENTATIONS)}; got {impl!r}")
+
+
+def _impl(args) -> str:
+    impl = getattr(args, "csan_impl", None)
+    return "auto" if impl is None else impl
 
 
 def _positive_odd(value, flag: str, meaning: str):
@@ -56,11 +75,15 @@ def _positive_odd(value, flag: str, meaning: str):
 class LocalWindowAttention(SelfAttention):
     """1D-CSAN: attention restricted to a window of ``window`` tokens centred on the query."""
 
-    def __init__(self, embed_dim: int, num_heads: int, window: int = 11, **kwargs):
+    half_heads = 0  # n: 1D-CSAN's area is its own head
+
+    def __init__(self, embed_dim: int, num_heads: int, window: int = 11, impl: str = "auto", **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         _positive_odd(window, "--csan-window", "window")
+        _check_impl(impl)
         self.window = window
         self.half_window = (window - 1) // 2  # m
+        self.impl = impl
 
     @staticmethod
     def add_args(parser):
@@ -68,21 +91,43 @@ class LocalWindowAttention(SelfAttention):
             "--csan-window", type=int, metavar="M",
             help="CSAN window size M in tokens, odd, centred on the query (papers' best: 11)",
         )
+        parser.add_argument(
+            "--csan-impl", metavar="IMPL",
+            help=f"how CSAN attention is computed, exactly alike: dense (masked T x T kernel), banded "
+                 f"(O(T*M) blocks, for long inputs) or auto (banded from {BANDED_FROM} tokens; the default)",
+        )
 
     @classmethod
     def check_args(cls, args):
         _positive_odd(getattr(args, "csan_window", None), "--csan-window", "window")
+        _check_impl(_impl(args))
 
     @classmethod
     def options(cls, args) -> dict:
-        return {"window": args.csan_window}
+        return {"window": args.csan_window, "impl": _impl(args)}
+
+    def uses_banded(self, seq_len: int) -> bool:
+        """Whether a sequence of ``seq_len`` slots takes the banded path."""
+        return self.impl == "banded" or (self.impl == "auto" and seq_len >= BANDED_FROM)
+
+    def attend_heads(self, query: Tensor, key_padding_mask=None, attn_mask=None, incremental_state=None) -> Tensor:
+        """The core's eqs. 1-2 on the dense or the banded path (same result)."""
+        T, B, d = query.shape
+        if attn_mask is not None or incremental_state is not None or not self.uses_banded(T):
+            return super().attend_heads(query, key_padding_mask, attn_mask, incremental_state)
+        q, k, v = (t.reshape(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+                   for t in self.project(query))  # (B, H, T, d_h)
+        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        out = banded_attention(q, k, v, self.half_window, self.half_heads, key_padding_mask, dropout_p,
+                               attend=self.attend)  # (B, H, T, d_h)
+        return out.permute(2, 0, 1, 3).reshape(T, B, d)  # (T, B, d)
 
     def structure_mask(self, seq_len: int, device) -> Tensor:
         pos = torch.arange(seq_len, device=device)
         return (pos[:, None] - pos[None, :]).abs() <= self.half_window  # (T, T)
 
     def extra_repr(self) -> str:
-        return f"heads={self.num_heads}, window={self.window}"
+        return f"heads={self.num_heads}, window={self.window}, impl={self.impl}"
 
 
 @register_self_attention("csan2d")
@@ -90,7 +135,7 @@ class CrossHeadWindowAttention(LocalWindowAttention):
     """2D-CSAN: one softmax over ``area_heads`` adjacent heads x ``window`` tokens."""
 
     def __init__(self, embed_dim: int, num_heads: int, window: int = 11, area_heads: int = 3, **kwargs):
-        super().__init__(embed_dim, num_heads, window=window, **kwargs)
+        super().__init__(embed_dim, num_heads, window=window, **kwargs)  # impl among kwargs
         _check_area_heads(area_heads, num_heads)
         self.area_heads = area_heads  # N
         self.half_heads = (area_heads - 1) // 2  # n
