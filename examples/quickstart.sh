@@ -4,7 +4,8 @@
 # 2 CPU cores with the built-in toy corpus, about 23 with Multi30k.
 #
 # usage: bash examples/quickstart.sh
-#        CORPUS=../shared/data/multi30k_en_de bash examples/quickstart.sh
+#        CORPUS=data/multi30k_raw bash examples/quickstart.sh   (Multi30k unpacked as the README says)
+#        bash examples/quickstart.sh --help                       (this text)
 #
 # Settings (environment variables):
 #   CORPUS       folder with train/val/test sentence files, e.g. train.en + train.de; the test
@@ -26,6 +27,11 @@
 #   TOY_ARGS     options for the toy corpus writer (default: "--train 20000 --valid 500 --test 500")
 #   FORCE=1      redo every step, overwriting what WORK holds
 set -euo pipefail
+case "${1:-}" in
+  "") ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "[quickstart] error: no arguments; its settings are environment variables (--help lists them)" >&2; exit 2 ;;
+esac
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SRC_LANG=${SRC_LANG:-en}

@@ -62,7 +62,7 @@ def table(runs, metric="bleu_tok"):
     rule = ["---"]
     for task in tasks:
         title = TASK_TITLES.get(task, task)
-        head += [f"{title} #Params", f"{title} Speed", f"{title} BLEU"]
+        head += [f"{title} #Params", f"{title} Speed", f"{title} {'chrF' if metric == 'chrf' else 'BLEU'}"]
         rule += ["---:", "---:", "---:"]
     rows = ["| " + " | ".join(head) + " |", "| " + " | ".join(rule) + " |"]
     for system in systems:
@@ -80,7 +80,7 @@ def table(runs, metric="bleu_tok"):
     samples = sorted({r["bootstrap"]["samples"] for r in runs if r.get("bootstrap")})
     notes = [
         "",
-        f"BLEU: {METRICS.get(metric, metric)} on each task's test set. Speed: training steps/s "
+        f"{'chrF' if metric == 'chrf' else 'BLEU'}: {METRICS.get(metric, metric)} on each task's test set. Speed: training steps/s "
         "(mean of fairseq's 'ups'). #Params: trained parameters.",
     ]
     if baselines and metric == "chrf":

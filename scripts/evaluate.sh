@@ -133,10 +133,12 @@ else
   # the hypotheses (stdout) and the log with the timing line (stderr) go to separate files,
   # so that no log line can land inside a hypothesis; a watcher reports progress meanwhile
   rm -f "$gen.tmp"
-  ( while sleep "$progress_every"; do
+  # (its sleep gets no handle on our output, so that nothing reading it waits for the sleep)
+  ( while sleep "$progress_every" > /dev/null 2>&1; do
       log "    decoded $(grep -c '^H-' "$gen.tmp" 2>/dev/null || true) of $total sentences"
     done ) &
   watcher=$!
+  trap 'kill "$watcher" 2> /dev/null || true' EXIT
   status=0
   PYTHONUNBUFFERED=1 fairseq-generate "$data/data-bin" --user-dir "$ROOT/fairseq_csan" --path "$model" \
       --source-lang "$src" --target-lang "$tgt" --gen-subset "$subset" \

@@ -2,8 +2,8 @@
 # Install fairseq_csan and everything it needs into the active Python environment.
 # usage: bash scripts/install.sh [--dry-run]     (run inside a fresh virtual environment)
 #   --dry-run    print the pip commands and install nothing
-#   TORCH_SPEC   torch requirement to install first (default: torch==2.13.0, the CPU build
-#                this machine keeps on disk)
+#   TORCH_SPEC   torch requirement to install first (default: torch==2.13.0, pip's default
+#                build of it from pip's configured index)
 #   TORCH_INDEX  a package index to take torch from, e.g. PyTorch's CUDA wheel index on a GPU
 #                machine: TORCH_INDEX=https://download.pytorch.org/whl/cu128 bash scripts/install.sh
 #                (default: none, pip's own index)
@@ -27,7 +27,8 @@ case "${1:-}" in
 esac
 
 step() { echo "[install] $*"; }
-run() { if [ "$dry_run" = 1 ]; then echo "$*"; else "$@"; fi; }
+# run a command, or with --dry-run print it, quoted so that it can be pasted
+run() { if [ "$dry_run" = 1 ]; then local q; q=$(printf '%q ' "$@"); echo "${q% }"; else "$@"; fi; }
 
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -z "${CONDA_PREFIX:-}" ]; then
   echo "[install] warning: no virtual environment is active; installing into $($PY -c 'import sys; print(sys.prefix)')" >&2

@@ -15,10 +15,13 @@ line of --input (raw text in the source language, one sentence a line) is
    beam 4, length penalty 0.6, output length at most the source length + 50; BPE removed),
 4. Moses-detokenised in the target language, as scripts/score.py detokenises hypotheses.
 
-OUT (default: the input's name with the target language as its suffix) gets one translation a
-line, in input order, and OUT.tok the tokenised translations. Nothing is overwritten without
---force. On a prepared task's test set it gives what evaluate.sh writes to hyp.detok and
-hyp.tok (tests/test_readme.py checks it).
+OUT (default: INPUT.TGT, e.g. test.en.de) gets one translation a line, in input order, and
+OUT.tok the tokenised translations. Nothing is overwritten without --force, and nothing is
+written inside --data. On a prepared task's test set it gives what evaluate.sh writes to
+hyp.detok and hyp.tok (tests/test_readme.py checks it on a test set decoded as one batch: the
+two fairseq tools group sentences into batches differently, and beam search caps each output
+at 1 x the longest source of its batch + 50 tokens, so on a large test set a hypothesis that
+reaches that cap can differ).
 """
 
 import argparse
@@ -30,6 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+BUFFER_BATCHES = 8  # fairseq-interactive reads and decodes this many batches at a time (progress in between)
 sys.path.insert(0, str(ROOT / "scripts"))
 from text_tools import make_tokenizer  # noqa: E402
 
@@ -64,7 +68,7 @@ def translate(args, src, tgt, bpe_lines, progress_every=30.0):
         bpe_file.write_text("".join(line + "\n" for line in bpe_lines), encoding="utf-8")
         command = ["fairseq-interactive", str(args.data / "data-bin"), "--user-dir", str(ROOT / "fairseq_csan"),
                    "--path", str(args.checkpoint), "--source-lang", src, "--target-lang", tgt,
-                   "--input", str(bpe_file), "--buffer-size", str(max(len(bpe_lines), args.batch_size)),
+                   "--input", str(bpe_file), "--buffer-size", str(BUFFER_BATCHES * args.batch_size),
                    "--batch-size", str(args.batch_size), "--beam", str(args.beam), "--lenpen", str(args.lenpen),
                    "--max-len-a", "1", "--max-len-b", "50", "--remove-bpe"]
         command += ["--cpu"] if args.cpu else []
@@ -115,9 +119,12 @@ def main(argv=None):
     for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
         if value < 1:
             parser.error(f"{flag} must be a positive whole number, got {value}")
-    output = args.output or args.input.with_suffix(f".{tgt}")
+    output = args.output or args.input.with_name(f"{args.input.name}.{tgt}")
     if output.resolve() == args.input.resolve():
         parser.error(f"--output {output} is the input; give another --output")
+    if args.data.resolve() in output.resolve().parents:
+        parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
+                     "(its references among them); give an --output elsewhere")
     tok_output = output.with_name(output.name + ".tok")
     existing = [str(p) for p in (output, tok_output) if p.exists()]
     if existing and not args.force:

@@ -1,16 +1,20 @@
 """Every command in README.md and docs/ runs as written.
 
 - Fast: every fenced shell block of README.md and docs/*.md is read command by command; each
-  script it runs must exist, each flag it gives a script must be one the script's own --help
-  lists (fairseq's tools: their --help with our plugin and the command's --arch), each
-  repository path it names must exist, and each data/, checkpoints/ and results/ path it reads
-  must be one that a command in the docs writes (or lies inside one).
+  script it runs must exist, each flag it gives a script must be one that the script's own
+  --help lists as an option (fairseq's tools: their --help with our plugin and the command's
+  --arch, task, optimizer and criterion), each repository path it names must exist, and each
+  data/, checkpoints/ and results/ path it reads (as a flag's value or a positional argument)
+  must be one that a command in the docs writes (--out, --save-dir, mkdir, git clone), or lie
+  inside one.
 - Slow: the README's own path in a scratch copy of the repository (its scripts, linked), with
   the README's paths: the quick start blocks, the CPU train-and-evaluate block, the translation
   block, the fairseq block and the hub example of docs/recipes.md, at a tiny budget given through
-  the quick start's documented settings and a slice of Multi30k as ../shared/data.
+  the quick start's documented settings, and with a slice of Multi30k packed as the Multi30k
+  repository packs it in place of its `git clone`.
 """
 
+import gzip
 import os
 import re
 import shlex
@@ -70,6 +74,12 @@ def help_text(program: tuple) -> str:
     return done.stdout + done.stderr
 
 
+def lists_option(help_text_, flag):
+    """Whether a --help text lists ``flag`` as an option (at a line's start, after '[' or ', ',
+    or in a second column), not merely mentions it in prose."""
+    return re.search(rf"(?:^[ \t]*|\[|, |[ \t]{{2,}}){re.escape(flag)}(?![\w-])", help_text_, re.M) is not None
+
+
 def fairseq_help_program(tool, args):
     """A fairseq tool's --help with our plugin and the components the command chooses."""
     chosen = []
@@ -117,10 +127,13 @@ def test_every_command_names_real_scripts_flags_and_paths():
     seen = list(all_commands())
     assert len(seen) > 30  # the parser found the blocks
     for doc, command in seen:
-        env, parts = words(command)
-        for i, word in enumerate(parts[:-1]):
-            if word in WRITES:
-                written.add(parts[i + 1].rstrip("/"))
+        for part in command.split("&&"):
+            env, parts = words(part.strip())
+            for i, word in enumerate(parts[:-1]):
+                if word in WRITES:
+                    written.add(parts[i + 1].rstrip("/"))
+            if parts[:2] in (["mkdir", "-p"], ["git", "clone"]):
+                written.add(parts[-1].rstrip("/"))
     for doc, command in seen:
         where = f"{doc.relative_to(REPO)}: {command[:90]}"
         env, parts = words(command)
@@ -141,8 +154,8 @@ def test_every_command_names_real_scripts_flags_and_paths():
             arch = rest[rest.index("--arch") + 1] if "--arch" in rest else None
             passed = rest[rest.index("--") + 1:]
             known = help_text(fairseq_help_program("fairseq-train", [*(["--arch", arch] if arch else []), *passed]))
-            problems += [f"{where}: fairseq-train does not know {flag}" for flag in flags(passed)
-                         if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", known)]
+            problems += [f"{where}: fairseq-train does not list {flag} as an option" for flag in flags(passed)
+                         if not lists_option(known, flag)]
             rest = rest[:rest.index("--")]
         elif program == ("bash", "scripts/install.sh"):
             dry = subprocess.run(["bash", "scripts/install.sh", "--dry-run"], capture_output=True, text=True,
@@ -153,12 +166,11 @@ def test_every_command_names_real_scripts_flags_and_paths():
                 problems.append(f"{where}: TORCH_INDEX does not reach pip")
             continue
         known = help_text(program)
-        problems += [f"{where}: {program[-1]} does not know {flag}" for flag in flags(rest)
-                     if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", known)]
+        problems += [f"{where}: {program[-1]} does not list {flag} as an option" for flag in flags(rest)
+                     if not lists_option(known, flag)]
         for i, word in enumerate(rest):
-            value = rest[i + 1] if i + 1 < len(rest) else ""
-            if word in READS and value.startswith(OUTPUT_ROOTS):
-                path = value.split("=", 1)[-1].rstrip("/")
+            if word.startswith(OUTPUT_ROOTS) and not (i and rest[i - 1] in WRITES):
+                path = word.rstrip("/")
                 if not any(path == w or path.startswith(w + "/") for w in written):
                     problems.append(f"{where}: reads {path}, which no documented command writes")
             if re.match(r"^(scripts|examples|fairseq_csan|docs|tests)/", word) and not (REPO / word).exists():
@@ -174,16 +186,16 @@ def test_the_walk_below_runs_the_readme_blocks_it_names():
         assert first in firsts, f"the README no longer has a block starting with {first!r}"
 
 
-# the README blocks the walk runs, by their first command, with the budget each gets
-WALK = {
-    "bash examples/quickstart.sh": {},
-    "ARCH=transformer bash examples/quickstart.sh": {},
-    "bash examples/multi30k/prepare.sh --out data/multi30k_en_de": {},
+# the README blocks the walk runs, by their first command
+WALK = [
+    "bash examples/quickstart.sh",
+    "ARCH=transformer bash examples/quickstart.sh",
+    "bash examples/multi30k/prepare.sh --raw-dir data/multi30k_raw --out data/multi30k_en_de",
     "python scripts/translate.py --data data/multi30k_en_de --checkpoint results/m30k_csan2d/averaged.pt "
-    "--input data/multi30k_en_de/raw/test.en --output results/m30k_csan2d/test.de --cpu": {},
+    "--input data/multi30k_en_de/raw/test.en --output results/m30k_csan2d/test.de --cpu",
     'fairseq-train --user-dir "$(python -m fairseq_csan user-dir)" --arch transformer_csan2d --help '
-    "| grep -A1 -e --csan-": {},
-}
+    "| grep -A1 -e --csan-",
+]
 QUICK_BUDGET = {"MAX_UPDATE": "12", "TOY_ARGS": "--train 400 --valid 20 --test 20", "DIM": "32",
                 "BPE_MERGES": "300", "TRAIN_LINES": "400"}
 
@@ -192,13 +204,16 @@ QUICK_BUDGET = {"MAX_UPDATE": "12", "TOY_ARGS": "--train 400 --valid 20 --test 2
 def test_readme_path_end_to_end(tmp_path):
     """Quick start, then train, evaluate and translate, with the README's commands and paths."""
     m30k = shared_corpus("multi30k_en_de")
-    slice_ = tmp_path / "shared" / "data" / "multi30k_en_de"  # the README's ../shared/data
-    for lang in ("en", "de"):
-        write(slice_ / f"train.{lang}", lines(m30k / f"train.{lang}")[:1500])
-        write(slice_ / f"val.{lang}", lines(m30k / f"val.{lang}")[:30])
-        write(slice_ / f"test_2016_flickr.{lang}", lines(m30k / f"test_2016_flickr.{lang}")[:30])
     clone = tmp_path / "repo"
-    clone.mkdir()
+    # what the README's `git clone` of the Multi30k repository gives: gzipped raw files (a slice)
+    packed = clone / "data/multi30k_dataset/data/task1/raw"
+    packed.mkdir(parents=True)
+    # (test_2017_flickr stands for the repository's other test sets, which the README leaves out)
+    for name, source, size in (("train", "train", 1500), ("val", "val", 30), ("test_2016_flickr", "test_2016_flickr", 30),
+                               ("test_2017_flickr", "val", 5)):
+        for lang in ("en", "de"):
+            with gzip.open(packed / f"{name}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.writelines(line + "\n" for line in lines(m30k / f"{source}.{lang}")[:size])
     for name in ("scripts", "examples", "fairseq_csan"):
         (clone / name).symlink_to(REPO / name)
     env = {**os.environ, **QUICK_BUDGET, "DEVICE": "cpu", "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
@@ -208,7 +223,8 @@ def test_readme_path_end_to_end(tmp_path):
 
     def run_block(first):
         (text,) = [t for _l, t in blocks(REPO / "README.md") if commands(t)[:1] == [first]]
-        script = "set -euo pipefail\n" + "\n".join(commands(text)) + "\n"
+        steps = [c for c in commands(text) if not c.startswith("git clone ")]  # no network here
+        script = "set -euo pipefail\n" + "\n".join(steps) + "\n"
         done = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True,
                               timeout=900)
         assert done.returncode == 0, f"README block {first!r} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -218,17 +234,17 @@ def test_readme_path_end_to_end(tmp_path):
     assert "BLEU|nrefs:1" in quick.stdout and (clone / "work/quickstart/toy/translations/transformer_csan2d/test.hyp").is_file()
     others = run_block("ARCH=transformer bash examples/quickstart.sh")
     assert (clone / "work/quickstart/toy/checkpoints/transformer/checkpoint_last.pt").is_file()
-    assert (clone / "work/quickstart/multi30k_en_de/translations/transformer_csan2d/bleu.txt").is_file()
+    assert (clone / "work/quickstart/multi30k_raw/translations/transformer_csan2d/bleu.txt").is_file()
     assert "on the cpu" in others.stdout
 
-    cpu = run_block("bash examples/multi30k/prepare.sh --out data/multi30k_en_de")
+    cpu = run_block(WALK[2])
     results = clone / "results/m30k_csan2d"
     scores = (results / "results.md").read_text(encoding="utf-8")
     assert "tokenised BLEU" in scores and "chrF (detokenised): chrF2" in scores
     assert "decoded 30 of 30 sentences" in cpu.stderr  # evaluate.sh reports decoding progress
     assert "1/3 averaging the last 5 checkpoints" in cpu.stderr  # train.sh --cpu-tiny left enough
 
-    run_block(list(WALK)[3])
+    run_block(WALK[3])
     assert (results / "test.de").read_text(encoding="utf-8") == (results / "hyp.detok").read_text(encoding="utf-8")
     assert (results / "test.de.tok").read_text(encoding="utf-8") == (results / "hyp.tok").read_text(encoding="utf-8")
     # its preprocessing is the recipe's: the raw test set becomes the recipe's BPE file
@@ -238,7 +254,7 @@ def test_readme_path_end_to_end(tmp_path):
     data = clone / "data/multi30k_en_de"
     assert preprocess(lines(data / "raw/test.en"), "en", data / "bpe/codes") == lines(data / "bpe/test.en")
 
-    helped = run_block(list(WALK)[4])
+    helped = run_block(WALK[4])
     assert "--csan-window" in helped.stdout and "--csan-heads" in helped.stdout
 
     (hub,) = [t for lang, t in blocks(REPO / "docs/recipes.md", langs=("python",)) if "from_pretrained" in t]
