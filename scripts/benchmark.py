@@ -26,9 +26,23 @@ of at most --max-tokens tokens, as fairseq batches them; token ids are random.
 --table1 times every architecture of the CSAN paper's Table 1 in one run: the seven locality
 baselines, 1D-CSAN and 2D-CSAN, each against the Transformer.
 
-usage: python scripts/benchmark.py [--mode train|decode] [--size base|big] [--rounds 5]
+--mode long: long inputs (docs/long_inputs.md). For each of --lengths T (256 .. 8192), batches
+of --tokens tokens (B = tokens / T sentences of T tokens, no padding), base dimensions, random
+token ids, side by side in one process in rounds as above:
+  1. the attention alone (the CSAN sub-layer without its four projections, window 11, area 3
+     heads x 11 tokens), forward + backward, on the dense and on the banded path, 1D and 2D;
+  2. the peak memory of that attention, each path in a fresh process (peak resident set size
+     over the process's size before the forward pass, on Linux);
+  3. the encoder's forward + backward throughput of transformer_csan1d/csan2d (automatic path)
+     with --csan-layers 3 and 6, against transformer's;
+  4. the whole model's training step (forward + backward, targets as long as the sources) of
+     transformer_csan1d/csan2d at --csan-layers 3 against transformer's.
+A dense attention whose scores would take more than --dense-limit-gb is not run (the table
+says so).
+
+usage: python scripts/benchmark.py [--mode train|decode|long] [--size base|big] [--rounds 5]
                                    [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1]
-                                   [--out FILE]
+                                   [--lengths 256 ... 8192] [--tokens 8192] [--out FILE]
 """
 
 import argparse
@@ -36,6 +50,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 import fairseq_csan  # noqa: F401  (registers the architectures)
+from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
@@ -61,11 +77,11 @@ MALLOC_TUNING = {
 }
 
 
-def build(arch, dictionary, seed=0):
+def build(arch, dictionary, seed=0, extra=()):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
         parser, ["/dev/null", "--task", "translation", "-s", "src", "-t", "tgt", "--arch", arch,
-                 "--share-all-embeddings"])
+                 "--share-all-embeddings", *extra])
     task = TranslationTask(args, dictionary, dictionary)
     torch.manual_seed(seed)
     return task.build_model(args).train()
@@ -152,12 +168,189 @@ def decode_step(model, batch, dictionary, beam):
     generator.forward({"net_input": {"src_tokens": src, "src_lengths": src_lengths}})
 
 
+# ---- --mode long: long inputs, dense against banded CSAN ----------------------------------------
+LONG_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
+LONG_PARTS = ["attention", "memory", "encoder", "whole"]
+ATTENTION = {"1D": ("csan1d", {"window": 11}), "2D": ("csan2d", {"window": 11, "area_heads": 3})}
+PROBE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}  # freed memory goes back
+
+
+def attention_only(variant, impl, embed_dim=512, heads=8):
+    """The CSAN sub-layer without its four projections: its ``attend_heads`` with X as Q, K, V."""
+    name, opts = ATTENTION[variant]
+    module = SELF_ATTENTION_VARIANTS[name](embed_dim, heads, impl=impl, **opts).train()
+    module.q_proj = module.k_proj = module.v_proj = torch.nn.Identity()
+    return module
+
+
+def attention_step(module, x):
+    x.grad = None
+    module.attend_heads(x).sum().backward()
+
+
+def dense_score_gb(variant, T, B, heads=8):
+    """Size of the dense path's float32 scores alone."""
+    area = ATTENTION[variant][1].get("area_heads", 1)
+    return B * heads * T * area * T * 4 / 1e9
+
+
+def _proc_status(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def probe_memory(variant, impl, T, B):
+    """Run in a fresh process: peak resident memory of one forward + backward of the attention
+    over the resident size before it (inputs and module already there), in bytes."""
+    torch.set_num_threads(1)
+    module = attention_only(variant, impl)
+    x = torch.randn(T, B, 512, requires_grad=True)
+    before = _proc_status("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # resets the peak (VmHWM) to the current size
+    attention_step(module, x)
+    return _proc_status("VmHWM") - before
+
+
+def peak_memory(variant, impl, T, B):
+    env = {k: v for k, v in os.environ.items() if k not in MALLOC_TUNING}
+    done = subprocess.run([sys.executable, __file__, "--probe-memory", variant, impl, str(T), str(B)],
+                          env={**env, **PROBE_MALLOC}, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"memory probe {variant} {impl} T={T} failed:\n{done.stderr[-2000:]}")
+    return int(done.stdout.split()[-1])
+
+
+def side_by_side(steps, rounds, warmup):
+    """Seconds per call of each step, per round, in rounds of A B C C B A (see the docstring)."""
+    names = list(steps)
+    seconds = {n: [] for n in names}
+    for r in range(warmup + rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        elapsed = dict.fromkeys(names, 0.0)
+        for name in order + order[::-1]:
+            start = time.perf_counter()
+            steps[name]()
+            elapsed[name] += (time.perf_counter() - start) / 2
+        if r >= warmup:
+            for name in names:
+                seconds[name].append(elapsed[name])
+    return seconds
+
+
+def median_ratio(fast, slow):
+    """Median over rounds of slow / fast, and its range."""
+    ratios = [s / f for f, s in zip(fast, slow)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def throughput_rows(T, B, seconds):
+    """Source tokens/s of each model and its ratio to transformer's, as table rows."""
+    return [f"| {T} | {B} | {name} | {statistics.median(B * T / s for s in sec):.0f} | "
+            "{:.2f}x ({:.2f}-{:.2f}) |".format(*median_ratio(sec, seconds["transformer"]))
+            for name, sec in seconds.items()]
+
+
+def long_batch(T, B, vocab, seed):
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (B, T), generator=gen)
+    src[:, -1] = 2
+    tgt = torch.randint(4, vocab, (B, T), generator=gen)
+    tgt[:, -1] = 2
+    prev = torch.cat([torch.full((B, 1), 2), tgt[:, :-1]], dim=1)
+    return src, torch.full((B,), T), prev, tgt
+
+
+def encoder_step(model, batch):
+    src, src_lengths = batch[:2]
+    out = model.encoder(src, src_lengths=src_lengths)
+    out["encoder_out"][0].float().sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def log(message):
+    print(f"[benchmark] {message}", file=sys.stderr, flush=True)
+
+
+def long_inputs(args, dictionary):
+    """--mode long: the four tables of the module docstring, as markdown lines."""
+    positions = ["--max-source-positions", str(max(args.lengths) + 2), "--max-target-positions", str(max(args.lengths) + 2)]
+    encoders = {"transformer": []}
+    for variant in ("csan1d", "csan2d"):
+        for K in (3, 6):
+            encoders[f"transformer_{variant} K={K}"] = [f"transformer_{variant}", "--csan-layers", str(K)]
+    models = {name: build(extra[0] if extra else "transformer", dictionary, extra=[*positions, *extra[1:]])
+              for name, extra in encoders.items()} if {"encoder", "whole"} & set(args.parts) else {}
+    whole = ["transformer", "transformer_csan1d K=3", "transformer_csan2d K=3"]
+    attn_rows, memory_rows, encoder_rows, whole_rows = [], [], [], []
+    for T in args.lengths:
+        B = max(1, args.tokens // T)
+        torch.manual_seed(args.seed)
+        x = torch.randn(T, B, 512, requires_grad=True)
+        for variant in ATTENTION if {"attention", "memory"} & set(args.parts) else ():
+            paths = {impl: attention_only(variant, impl) for impl in ("dense", "banded")}
+            gb = dense_score_gb(variant, T, B)
+            if gb > args.dense_limit_gb:
+                steps = {"banded": lambda: attention_step(paths["banded"], x)}
+            else:
+                steps = {impl: (lambda m=m: attention_step(m, x)) for impl, m in paths.items()}
+            skipped = f"not run (scores alone {gb:.1f} GB)"
+            if "attention" in args.parts:
+                sec = side_by_side(steps, args.rounds, args.warmup)
+                banded_ms = statistics.median(sec["banded"]) * 1e3
+                if "dense" in sec:
+                    ratio = "{:.2f}x ({:.2f}-{:.2f})".format(*median_ratio(sec["banded"], sec["dense"]))
+                    dense_ms = f"{statistics.median(sec['dense']) * 1e3:.1f}"
+                else:
+                    ratio = dense_ms = skipped
+                attn_rows.append(f"| {T} | {B} | {variant} | {dense_ms} | {banded_ms:.1f} | {ratio} |")
+                log(f"T={T} attention: {attn_rows[-1]}")
+            if "memory" in args.parts:
+                mem = {impl: peak_memory(variant, impl, T, B) for impl in steps}
+                mem_dense, mem_ratio = skipped, skipped
+                if "dense" in mem:
+                    mem_dense, mem_ratio = f"{mem['dense'] / 2**20:.1f}", f"{mem['dense'] / mem['banded']:.1f}"
+                memory_rows.append(f"| {T} | {B} | {variant} | {mem_dense} | {mem['banded'] / 2**20:.1f} | {mem_ratio} |")
+                log(f"T={T} memory: {memory_rows[-1]}")
+        batch = long_batch(T, B, len(dictionary), args.seed)
+        if "encoder" in args.parts:
+            steps = {n: (lambda m=m: encoder_step(m, batch)) for n, m in models.items()}
+            encoder_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, args.warmup))
+            log(f"T={T} encoder: {' '.join(encoder_rows[-len(steps):])}")
+        if "whole" in args.parts and T <= args.whole_max_len:
+            steps = {n: (lambda m=models[n]: train_step(m, batch)) for n in whole}
+            whole_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, args.warmup))
+            log(f"T={T} whole model: {' '.join(whole_rows[-len(steps):])}")
+    sections = [
+        ("Attention alone (no projections), forward + backward, window 11 (2D: 3 heads x 11 tokens), "
+         "8 heads of 64, no padding; time per call (median over rounds); speed-up = dense / banded "
+         "within a round, median (range):",
+         "| T | B | CSAN | dense ms | banded ms | banded speed-up |", attn_rows),
+        ("Peak memory of that attention (forward + backward), each path alone in a fresh process "
+         "(peak resident size over the size before):",
+         "| T | B | CSAN | dense MiB | banded MiB | dense / banded |", memory_rows),
+        ("Encoder forward + backward (automatic path), source tokens/s (median) and ratio to "
+         "transformer's encoder within a round, median (range); K = --csan-layers:",
+         "| T | B | encoder | tokens/s | ratio to transformer |", encoder_rows),
+        (f"Whole model, training forward + backward (targets as long as the sources, {len(dictionary)}-word "
+         "joined dictionary), K = 3; tokens/s counts source tokens:",
+         "| T | B | model | tokens/s | ratio to transformer |", whole_rows),
+    ]
+    lines = []
+    for title, header, rows in sections:
+        if rows:
+            lines += [title, "", header, "|---" * (header.count("|") - 1) + "|",
+                      *rows, ""]
+    return lines[:-1]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
     parser.add_argument("--table1", action="store_true",
                         help="instead of --archs: the CSAN paper's Table 1 (seven baselines, csan1d, csan2d)")
-    parser.add_argument("--mode", choices=["train", "decode"], default="train")
+    parser.add_argument("--mode", choices=["train", "decode", "long"], default="train")
     parser.add_argument("--size", choices=["base", "big"], default="base")
     parser.add_argument("--max-tokens", type=int, default=4096, help="training batch size in tokens")
     parser.add_argument("--batch-size", type=int, default=64, help="decoding batch size in sentences")
@@ -172,11 +365,26 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc malloc's defaults")
+    parser.add_argument("--lengths", type=int, nargs="+", default=LONG_LENGTHS, help="--mode long: sequence lengths")
+    parser.add_argument("--tokens", type=int, default=8192, help="--mode long: tokens per batch")
+    parser.add_argument("--dense-limit-gb", type=float, default=4.0,
+                        help="--mode long: skip a dense attention whose float32 scores alone exceed this")
+    parser.add_argument("--whole-max-len", type=int, default=4096,
+                        help="--mode long: time the whole model's training step up to this length")
+    parser.add_argument("--parts", nargs="+", choices=LONG_PARTS, default=LONG_PARTS,
+                        help="--mode long: which of the four measurements to take")
+    parser.add_argument("--probe-memory", nargs=4, metavar=("CSAN", "IMPL", "T", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.probe_memory:  # a child of --mode long: one measurement, printed
+        variant, impl, T, B = args.probe_memory
+        print(probe_memory(variant, impl, int(T), int(B)))
+        return
     tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
     if not args.no_malloc_tuning and not tuned and platform.system() == "Linux":
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_TUNING})
     torch.set_num_threads(args.threads)
+    if args.mode == "long":
+        return main_long(args, tuned)
 
     if not Path(f"{args.lengths_from}.en").exists():
         sys.exit(f"no length source at {args.lengths_from}.en; give --lengths-from PREFIX")
@@ -244,6 +452,27 @@ def main():
             f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |"
         )
     lines += ["", "Command: python scripts/benchmark.py " + " ".join(sys.argv[1:])]
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
+
+
+def main_long(args, tuned):
+    dictionary = Dictionary()
+    for i in range(args.vocab - len(dictionary)):
+        dictionary.add_symbol(f"w{i}")
+    lines = [
+        f"Long inputs, base dimensions (d 512, 8 heads, 6 + 6 layers), batches of {args.tokens} tokens "
+        f"(B = {args.tokens} / T sentences of T tokens), {args.rounds} rounds (A B C C B A) after "
+        f"{args.warmup} warm-up at each length.",
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, torch {torch.__version__}, "
+        f"Python {platform.python_version()}, malloc tuning {'on' if tuned else 'off'}.",
+        "",
+        *long_inputs(args, dictionary),
+        "",
+        "Command: python scripts/benchmark.py " + " ".join(sys.argv[1:]),
+    ]
     table = "\n".join(lines)
     print(table)
     if args.out:

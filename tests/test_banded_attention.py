@@ -194,19 +194,22 @@ def test_attention_dropout_in_training_only_and_unbiased(area):
 
 
 # ---- choosing the path -----------------------------------------------------------------------------
-def test_auto_takes_the_banded_path_from_the_crossover(monkeypatch):
-    m = LocalWindowAttention(D, H, window=3).eval()
-    assert m.impl == "auto"
+@pytest.mark.parametrize("area,crossover", [(1, BANDED_FROM["1D"]), (3, BANDED_FROM["2D"])])
+def test_auto_takes_the_banded_path_from_the_crossover(area, crossover, monkeypatch):
+    dense, auto = pair(3, area)
+    auto.impl = "auto"
     calls = []
     monkeypatch.setattr("fairseq_csan.modules.local_window_attention.banded_attention",
                         lambda *a, **k: calls.append(a[0].size(2)) or banded_attention(*a, **k))
-    for T in (BANDED_FROM - 1, BANDED_FROM):
+    for T in (crossover - 1, crossover):
         x = torch.randn(T, 1, D)
-        m(x, x, x)
-    assert calls == [BANDED_FROM]
-    assert not m.uses_banded(BANDED_FROM - 1) and m.uses_banded(BANDED_FROM)
+        torch.testing.assert_close(auto(x, x, x)[0], dense(x, x, x)[0], **TOL)
+    assert calls == [crossover]
+    assert not auto.uses_banded(crossover - 1) and auto.uses_banded(crossover)
     assert LocalWindowAttention(D, H, impl="banded").uses_banded(1)
     assert not LocalWindowAttention(D, H, impl="dense").uses_banded(10 ** 6)
+    one_head = CrossHeadWindowAttention(D, H, area_heads=1)  # N = 1 is 1D-CSAN: it crosses where 1D does
+    assert not one_head.uses_banded(BANDED_FROM["1D"] - 1) and one_head.uses_banded(BANDED_FROM["1D"])
 
 
 @pytest.mark.parametrize("arch", ["transformer_csan1d", "transformer_csan2d"])

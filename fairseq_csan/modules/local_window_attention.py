@@ -41,7 +41,9 @@ from .banded_attention import banded_attention
 from .registry import register_self_attention
 
 IMPLEMENTATIONS = ("auto", "dense", "banded")
-BANDED_FROM = 192  # tokens; below it the dense path is faster on our 2-core CPU (docs/long_inputs.md)
+# From how many tokens ``auto`` takes the banded path: the crossover measured on our 2-core CPU
+# (docs/long_inputs.md). 2D's dense path scores N times the keys of 1D's, so it crosses earlier.
+BANDED_FROM = {"1D": 256, "2D": 128}
 
 
 def _check_area_heads(area_heads, num_heads: int):
@@ -94,7 +96,8 @@ class LocalWindowAttention(SelfAttention):
         parser.add_argument(
             "--csan-impl", metavar="IMPL",
             help=f"how CSAN attention is computed, exactly alike: dense (masked T x T kernel), banded "
-                 f"(O(T*M) blocks, for long inputs) or auto (banded from {BANDED_FROM} tokens; the default)",
+                 f"(O(T*M) blocks, for long inputs) or auto (the default: banded from {BANDED_FROM['1D']} "
+                 f"tokens, 2D-CSAN from {BANDED_FROM['2D']})",
         )
 
     @classmethod
@@ -108,7 +111,8 @@ class LocalWindowAttention(SelfAttention):
 
     def uses_banded(self, seq_len: int) -> bool:
         """Whether a sequence of ``seq_len`` slots takes the banded path."""
-        return self.impl == "banded" or (self.impl == "auto" and seq_len >= BANDED_FROM)
+        crossover = BANDED_FROM["2D" if self.half_heads else "1D"]
+        return self.impl == "banded" or (self.impl == "auto" and seq_len >= crossover)
 
     def attend_heads(self, query: Tensor, key_padding_mask=None, attn_mask=None, incremental_state=None) -> Tensor:
         """The core's eqs. 1-2 on the dense or the banded path (same result)."""
