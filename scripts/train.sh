@@ -16,8 +16,19 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
   --save-dir DIR    checkpoints and train.log; a run that stopped resumes from
                     DIR/checkpoint_last.pt when started again with the same arguments
   --size base|big   hyper-parameter set (default: big for *_big architectures, else base)
-  --gpus N          GPUs on this machine (default: all visible). --update-freq is 8/N, so
-                    every update sees 8 x 4096 tokens, as on the papers' 8 GPUs
+  --gpus N          GPUs on each machine (default: all visible). --update-freq is 8/(K x N)
+                    on K machines, so every update sees 8 x 4096 tokens, as on the papers'
+                    8 GPUs
+  --cpu-processes N data parallelism on the CPU: N processes through torchrun and gloo (they
+                    stand in for N GPUs), to check a multi-GPU set-up without GPUs
+  --nodes K         machines (default 1), K x --gpus processes in all; see docs/distributed.md
+  --launcher L      torchrun (the default with --nodes K > 1 or --cpu-processes: run this
+                    script on every machine, each with its --node-rank) or slurm (run it once
+                    inside an sbatch or salloc allocation: srun starts one task per GPU and
+                    fairseq reads SLURM's variables)
+  --node-rank R     this machine's rank, 0 to K-1 (torchrun, K > 1)
+  --master-addr H   the rank-0 machine's address (torchrun, K > 1)
+  --port P          the rank-0 machine's rendezvous port (default 29500)
   --precision P     fp16 (default), bf16 or fp32
   --share S         embedding sharing: auto (default: all with one joined dictionary, as
                     Vaswani et al.; decoder input/output with two), all, decoder or none
@@ -47,6 +58,7 @@ quote() {
 
 data="" arch="" save="" size="" gpus="" precision="" max_tokens=4096 max_update="" seed=1
 dry_run=0 tiny=0 extra=() share_mode=auto tensorboard="" wandb=""
+cpu_procs="" nodes=1 launcher="" node_rank="" master_addr="" port=29500
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data="${2:?--data needs a folder}"; shift 2 ;;
@@ -54,6 +66,12 @@ while [ $# -gt 0 ]; do
     --save-dir) save="${2:?--save-dir needs a folder}"; shift 2 ;;
     --size) size="${2:?--size needs base or big}"; shift 2 ;;
     --gpus) gpus="${2:?--gpus needs a number}"; shift 2 ;;
+    --cpu-processes) cpu_procs="${2:?--cpu-processes needs a number}"; shift 2 ;;
+    --nodes) nodes="${2:?--nodes needs a number}"; shift 2 ;;
+    --launcher) launcher="${2:?--launcher needs torchrun or slurm}"; shift 2 ;;
+    --node-rank) node_rank="${2:?--node-rank needs a number}"; shift 2 ;;
+    --master-addr) master_addr="${2:?--master-addr needs a host name or address}"; shift 2 ;;
+    --port) port="${2:?--port needs a number}"; shift 2 ;;
     --precision) precision="${2:?--precision needs fp16, bf16 or fp32}"; shift 2 ;;
     --max-tokens) max_tokens="${2:?--max-tokens needs a number}"; shift 2 ;;
     --max-update) max_update="${2:?--max-update needs a number}"; shift 2 ;;
@@ -78,6 +96,26 @@ done
 given_precision=$precision
 precision=${precision:-fp16}
 case "$precision" in fp16|bf16|fp32) ;; *) die "--precision must be fp16, bf16 or fp32, got '$precision'" ;; esac
+# data parallelism: processes per machine, machines, and what starts the processes
+for pair in "nodes:$nodes" "port:$port" ${cpu_procs:+"cpu-processes:$cpu_procs"} ${node_rank:+"node-rank:$node_rank"}; do
+  [[ "${pair#*:}" =~ ^[0-9]+$ ]] || die "--${pair%%:*} must be a whole number, got '${pair#*:}'"
+done
+[ "$nodes" -ge 1 ] || die "--nodes must be 1 or more, got $nodes"
+[ -z "$cpu_procs" ] || [ "$cpu_procs" -ge 1 ] || die "--cpu-processes must be 1 or more, got $cpu_procs"
+[ -z "$cpu_procs" ] || [ -z "$gpus" ] || die "--cpu-processes and --gpus exclude each other: CPU processes stand in for GPUs"
+case "$launcher" in ""|torchrun|slurm) ;; *) die "--launcher must be torchrun or slurm, got '$launcher'" ;; esac
+[ -z "$launcher" ] && { [ -n "$cpu_procs" ] || [ "$nodes" -gt 1 ]; } && launcher=torchrun
+if [ "$launcher" = torchrun ] && [ "$nodes" -gt 1 ]; then
+  [ -n "$node_rank" ] && [ -n "$master_addr" ] || die "--nodes $nodes with torchrun needs --node-rank (0 to $((nodes - 1))) and --master-addr (the rank-0 machine)"
+  [ "$node_rank" -lt "$nodes" ] || die "--node-rank must be 0 to $((nodes - 1)), got $node_rank"
+elif [ -n "$node_rank$master_addr" ]; then
+  die "--node-rank and --master-addr are for torchrun on --nodes K > 1 machines"
+fi
+[ "$launcher" = slurm ] && [ -n "$cpu_procs" ] && die "--launcher slurm counts GPUs; with --cpu-processes use --launcher torchrun (run it under srun, one task per machine, if you must)"
+if [ -n "$cpu_procs" ]; then
+  [ "$given_precision" = fp16 ] && die "--precision fp16 needs a GPU; --cpu-processes takes fp32 (default) or bf16"
+  [ -n "$given_precision" ] || precision=fp32
+fi
 if [ -z "$size" ]; then
   case "$arch" in *_big|transformer_vaswani_wmt_en_de_big|transformer_wmt_en_de_big*) size=big ;; *) size=base ;; esac
 fi
@@ -140,20 +178,40 @@ if [ "$tiny" = 1 ]; then
   max_tokens=1024 warmup=4 lr=0.001 log_every=2
   save_every=$(( max_update / 8 )); [ "$save_every" -ge 1 ] || save_every=1
 else
+  [ -n "$cpu_procs" ] && gpus=$cpu_procs  # CPU processes stand in for GPUs
   if [ -z "$gpus" ]; then
     if [ "$dry_run" = 1 ]; then gpus=8
     else gpus=$(python -c "import torch; print(torch.cuda.device_count())"); fi
   fi
   [ "$gpus" -ge 1 ] || die "no GPU found: train on GPUs, or use --cpu-tiny for a smoke run or --dry-run to see the command"
-  update_freq=$(( (8 + gpus - 1) / gpus ))
-  if [ $(( update_freq * gpus )) != 8 ]; then
-    echo "[train] warning: $gpus GPUs x update-freq $update_freq = $((update_freq * gpus)) batches per update, not the papers' 8" >&2
+  world=$(( nodes * gpus ))
+  update_freq=$(( (8 + world - 1) / world ))
+  if [ $(( update_freq * world )) != 8 ]; then
+    echo "[train] warning: $world GPUs x update-freq $update_freq = $((update_freq * world)) batches per update, not the papers' 8;" \
+      "--max-tokens $(( 8 * max_tokens / (update_freq * world) )) keeps 8 x $max_tokens tokens per update" >&2
   fi
-  hw=(--distributed-world-size "$gpus" --update-freq "$update_freq")
+  hw=(--distributed-world-size "$world" --update-freq "$update_freq")
   [ "$precision" = fp16 ] && hw+=(--fp16)
   [ "$precision" = bf16 ] && hw+=(--bf16)
   tiny_args=()
   save_every=1000 log_every=100
+fi
+
+# several processes (docs/distributed.md): torchrun starts them on each machine, or srun
+# starts one task per GPU and fairseq reads SLURM's variables
+procs=${cpu_procs:-$gpus}
+if [ -n "$cpu_procs" ]; then
+  if [ "$tiny" = 1 ]; then hw+=(--distributed-world-size "$(( nodes * procs ))"); else hw=(--cpu "${hw[@]}"); fi
+  hw+=(--distributed-backend gloo)
+fi
+if [ "$launcher" = slurm ]; then
+  runner=(srun --nodes "$nodes" --ntasks-per-node "$procs" --gpus-per-node "$procs" "${runner[@]}")
+  hw+=(--distributed-port "$port")
+elif [ "$launcher" = torchrun ]; then
+  rendezvous=(--standalone)
+  [ "$nodes" -gt 1 ] && rendezvous=(--nnodes "$nodes" --node_rank "$node_rank" --master_addr "$master_addr" --master_port "$port")
+  if [ "${runner[0]}" = python ]; then runner=(torchrun "${rendezvous[@]}" --nproc_per_node "$procs" "${runner[@]:1}")
+  else runner=(torchrun "${rendezvous[@]}" --nproc_per_node "$procs" --no-python "${runner[@]}"); fi
 fi
 
 logging=()
@@ -182,6 +240,11 @@ if [ "$dry_run" = 1 ]; then
   quote "${cmd[@]}"; echo
   exit 0
 fi
+if [ "$launcher" = slurm ]; then
+  [ -n "${SLURM_JOB_ID:-}" ] || die "--launcher slurm runs inside a SLURM allocation: sbatch (or salloc) a script that calls train.sh once"
+  command -v srun >/dev/null || die "--launcher slurm needs srun on PATH"
+fi
+[ "$launcher" = torchrun ] && { command -v torchrun >/dev/null || die "torchrun not found: it comes with torch; activate the environment"; }
 
 # a save folder belongs to one run: resume it, never mix two
 mkdir -p "$save"
@@ -200,6 +263,9 @@ if [ -f "$save/checkpoint_last.pt" ]; then
 fi
 { quote "${cmd[@]}"; echo; } >> "$save/train_command.sh"
 echo "[train] $(quote "${cmd[@]}")" >&2
-echo "[train] log: $save/train.log (the 'ups' column is training steps/s, the papers' Speed)" >&2
-"${cmd[@]}" 2>&1 | tee -a "$save/train.log"
-python "$ROOT/scripts/score.py" speed "$save/train.log" >&2 || true
+# machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
+log="$save/train.log"
+[ "${node_rank:-0}" = 0 ] || log="$save/train.node$node_rank.log"
+echo "[train] log: $log (the 'ups' column is training steps/s, the papers' Speed)" >&2
+"${cmd[@]}" 2>&1 | tee -a "$log"
+python "$ROOT/scripts/score.py" speed "$log" >&2 || true
