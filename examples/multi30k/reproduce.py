@@ -15,6 +15,7 @@ bootstrap resampling against the baseline) and the analyses of scripts/analysis/
 
 usage: python examples/multi30k/reproduce.py [--out DIR] [--raw-dir DIR] [--seeds 1,2,3]
            [--max-update N] [--systems a,b] [--windows 3,7,11] [--heads 1,3] [--jobs N]
+           [--device cpu|cuda]
 
 Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
 one-thread runs train faster together than one two-thread run). A finished run is kept when
@@ -69,6 +70,15 @@ def training_args(max_update):
     return ["--max-tokens", "1024", "--lr", "0.002", "--warmup-updates", "300",
             "--save-interval-updates", str(every), "--keep-interval-updates", "5",
             "--log-interval", str(max(1, min(50, max_update // 8)))]
+
+
+def hardware(device):
+    """train.sh's options, fairseq-train's extra ones and evaluate.sh's, for --device: the CPU
+    (train.sh --cpu-tiny) or one GPU in fp16 shared by the runs (batches of 1024 tokens, one
+    per update, as on the CPU)."""
+    if device == "cuda":
+        return ["--gpus", "1", "--precision", "fp16"], ["--update-freq", "1"], []
+    return ["--cpu-tiny"], [], ["--cpu"]
 
 
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`
@@ -147,12 +157,13 @@ def main_run(args, data, system, seed, env, sharing):
         return run, None
     run.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    train, extra, evaluate = hardware(args.device)
     call(["bash", ROOT / "scripts/train.sh", "--data", data, "--arch", SYSTEMS[system], "--save-dir",
-          run / "checkpoints", "--cpu-tiny", "--max-update", str(args.max_update), "--seed", str(seed),
-          "--", *MODEL, *training_args(args.max_update)], run / "train.out", env)
+          run / "checkpoints", *train, "--max-update", str(args.max_update), "--seed", str(seed),
+          "--", *MODEL, *training_args(args.max_update), *extra], run / "train.out", env)
     trained = time.time() - started
     call(["bash", ROOT / "scripts/evaluate.sh", "--data", data, "--checkpoints", run / "checkpoints",
-          "--out", run / "eval", "--cpu", "--last", "5", "--name", system,
+          "--out", run / "eval", *evaluate, "--last", "5", "--name", system,
           "--bootstrap-samples", str(args.bootstrap_samples)], run / "eval.out", env)
     (run / "timing.json").write_text(json.dumps({"train_s": trained, "total_s": time.time() - started, **sharing}) + "\n")
     (run / "done").write_text("")
@@ -167,9 +178,12 @@ def sweep_run(args, data, kind, value, env):
         return folder / name, None
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    train, extra, _ = hardware(args.device)
+    sweep_mode = ["--cpu-tiny", "--"] if args.device == "cpu" else ["--", *train]  # sweep.sh's --cpu-tiny or train.sh's
     call(["bash", ROOT / "scripts/sweep.sh", "--data", data, "--out", folder,
           "--windows", str(value) if kind == "window" else "", "--heads", str(value) if kind == "heads" else "",
-          "--cpu-tiny", "--", "--max-update", str(args.max_update), "--seed", "1", "--", *MODEL, *training_args(args.max_update)],
+          *sweep_mode, "--max-update", str(args.max_update), "--seed", "1", "--", *MODEL,
+          *training_args(args.max_update), *extra],
          folder / f"{name}.out", env)
     return folder / name, time.time() - started
 
@@ -367,7 +381,14 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=cores(),
                         help="runs at a time (default: one per core)")
     parser.add_argument("--bootstrap-samples", type=int, default=1000)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="train on the CPU (default; tiny runs) or on one GPU in fp16, the runs sharing it")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: no CUDA device here")
     args.systems = [s for s in args.systems.split(",") if s]
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown or not args.systems:
@@ -393,6 +414,8 @@ def main(argv=None):
                      "see examples/multi30k/README.md")
     settings = {"raw_dir": str(Path(raw).resolve()), "max_update": args.max_update, "merges": args.merges,
                 "model": MODEL, "training": training_args(args.max_update)}
+    if args.device != "cpu":  # recorded only off the CPU, so that earlier CPU runs stay valid
+        settings["device"] = args.device
     recorded = args.out / "settings.json"
     holds_runs = any((args.out / "runs").glob("*/seed*")) or any((args.out / "sweep").glob("*"))
     if recorded.is_file() and holds_runs:

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in one command, with one summary at the end (docs/distributed.md):
+#   1. tests/test_gpu.py: each architecture's forward and backward in fp16 and bf16 against fp32,
+#      incremental decoding against the full pass, a fairseq-train --fp16 smoke run per family,
+#      and two-GPU data parallelism when there are two GPUs;
+#   2. the training and beam-search decoding benchmark on the GPU (ratios to the Transformer);
+#   3. the Multi30k reproduction on the GPU, several runs sharing it, trained to convergence.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+
+usage() {
+  cat <<'EOF'
+usage: scripts/gpu_check.sh [--out DIR] [--only tests,benchmark,multi30k] [--multi30k-updates N]
+                            [--multi30k-jobs N] [--dry-run]
+
+  --out DIR              logs, tables and the Multi30k runs (default runs/gpu_check)
+  --only LIST            the steps to run, comma-separated (default: all three)
+  --multi30k-updates N   training updates per Multi30k run (default 6000: converged at this size)
+  --multi30k-jobs N      Multi30k runs sharing the GPU at once (default 4)
+  --dry-run              list what would run, and exit (works without a GPU)
+EOF
+}
+
+die() { echo "[gpu_check] error: $*" >&2; exit 2; }
+say() { echo "[gpu_check] $*" >&2; }
+
+out="$ROOT/runs/gpu_check" only="tests,benchmark,multi30k" updates=6000 jobs=4 dry_run=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="${2:?--out needs a folder}"; shift 2 ;;
+    --only) only="${2:?--only needs a list}"; shift 2 ;;
+    --multi30k-updates) updates="${2:?--multi30k-updates needs a number}"; shift 2 ;;
+    --multi30k-jobs) jobs="${2:?--multi30k-jobs needs a number}"; shift 2 ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument '$1'" ;;
+  esac
+done
+for pair in "multi30k-updates:$updates" "multi30k-jobs:$jobs"; do
+  [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || die "--${pair%%:*} must be a whole number of 1 or more, got '${pair#*:}'"
+done
+IFS=, read -r -a steps <<< "$only"
+[ ${#steps[@]} -ge 1 ] || die "--only needs at least one of tests, benchmark, multi30k"
+for step in "${steps[@]}"; do
+  case "$step" in tests|benchmark|multi30k) ;; *) die "--only takes tests, benchmark and multi30k, got '$step'" ;; esac
+done
+
+# a script's GPU mode is used only where the script has one (its --help lists --device)
+has_device() { python "$1" --help 2>/dev/null | grep -q -- '--device'; }
+
+# each step: a name, its command (shell-quoted) or a note saying why it does not run
+declare -a names=() commands=() notes=()
+add() { local name=$1 note=$2; shift 2; names+=("$name"); notes+=("$note"); commands+=("$(quoted "$@")"); }
+quoted() { local q=""; [ $# = 0 ] || q=$(printf '%q ' "$@"); printf '%s' "${q% }"; }
+for step in "${steps[@]}"; do
+  case "$step" in
+    tests)
+      add tests "" python -m pytest -rs -v "$ROOT/tests/test_gpu.py" ;;
+    benchmark)
+      if has_device "$ROOT/scripts/benchmark.py"; then
+        for mode in train decode; do
+          add "benchmark-$mode" "" python "$ROOT/scripts/benchmark.py" --mode "$mode" --device cuda --table1 \
+            --out "$out/benchmark_$mode.md"
+        done
+      else
+        add benchmark "not run: scripts/benchmark.py has no --device option, it times on the CPU only"
+      fi ;;
+    multi30k)
+      if has_device "$ROOT/examples/multi30k/reproduce.py"; then
+        add multi30k "" python "$ROOT/examples/multi30k/reproduce.py" --device cuda --jobs "$jobs" \
+          --max-update "$updates" --out "$out/multi30k"
+      else
+        add multi30k "not run: examples/multi30k/reproduce.py has no --device option, it trains on the CPU only"
+      fi ;;
+  esac
+done
+
+if [ "$dry_run" = 1 ]; then
+  for i in "${!names[@]}"; do
+    if [ -n "${commands[$i]}" ]; then echo "${names[$i]}: ${commands[$i]}"; else echo "${names[$i]}: ${notes[$i]}"; fi
+  done
+  exit 0
+fi
+
+gpus=$(python -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
+[ "$gpus" -ge 1 ] || die "no CUDA device here: these checks need a GPU (--dry-run lists them; the CPU-side checks are the normal test suite)"
+mkdir -p "$out"
+say "$gpus GPU(s): $(python -c "import torch; print(torch.cuda.get_device_name(0))"); logs in $out"
+
+declare -a results=()
+for i in "${!names[@]}"; do
+  if [ -z "${commands[$i]}" ]; then results+=("${names[$i]}: ${notes[$i]}"); continue; fi
+  log="$out/${names[$i]}.log"
+  say "${names[$i]}: ${commands[$i]}"
+  started=$SECONDS
+  if (cd "$ROOT" && eval "${commands[$i]}") > "$log" 2>&1; then status=passed; else status="FAILED (exit $?)"; fi
+  results+=("${names[$i]}: $status in $(( SECONDS - started ))s, log $log")
+done
+
+echo
+echo "GPU check summary ($gpus GPU(s), $(date -u +%Y-%m-%dT%H:%MZ))"
+for line in "${results[@]}"; do echo "  $line"; done
+if [ -f "$out/tests.log" ]; then
+  echo "  tests: $(tail -n 1 "$out/tests.log")"
+fi
+for table in "$out"/benchmark_*.md "$out"/multi30k/results.md; do
+  if [ -f "$table" ]; then echo; echo "$table:"; cat "$table"; fi
+done
+if printf '%s\n' "${results[@]}" | grep -q FAILED; then exit 1; fi
