@@ -1,7 +1,7 @@
 """fairseq's data-parallel training, made to run on CPUs too and never silently as copies.
 
 ``fairseq_compat`` applies these on import; its docstring says what each one fixes in
-fairseq-fixed 0.12.3.1 and why. Two wrappers, both around what fairseq calls at run time:
+fairseq-fixed 0.12.3.1 and why. Three replacements, each for what fairseq calls at run time:
 
 - ``launch_anywhere(call_main)``: what fairseq-train does with its processes. Under torchrun
   the world size is torchrun's; without GPUs, torchrun's processes and fairseq's own spawner
@@ -49,9 +49,15 @@ def launch_anywhere(call_main):
         dt = cfg.distributed_training
         on_cpu = cfg.common.cpu or not torch.cuda.is_available()
         launched = torchrun_world_size()
-        if launched is not None and launched > 1 and dt.distributed_init_method is None:
+        if launched is not None:
+            if launched > 1 and dt.distributed_init_method is not None:
+                raise SystemExit(
+                    "fairseq_csan: under torchrun, leave out --distributed-init-method: the "
+                    "processes join through torchrun's rendezvous (with it, fairseq would skip "
+                    "torchrun's variables and start processes of its own in each one)")
             # fairseq returns before reading torchrun's variables when the world size is 1,
-            # which is its default without GPUs: every process would train alone
+            # which is its default without GPUs: every process would train alone. (And a
+            # world size above torchrun's would wait for processes that never come.)
             dt.distributed_world_size = launched
         step_tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS", "1"))
         if launched is None and step_tasks > 1 and (on_cpu or dt.distributed_world_size == 1):
@@ -67,7 +73,7 @@ def launch_anywhere(call_main):
         if dt.distributed_backend == "nccl":
             logger.info("NCCL needs GPUs: using --distributed-backend gloo on the CPU")
             dt.distributed_backend = "gloo"
-        if launched is not None and dt.distributed_init_method is None:
+        if launched is not None:
             # torchrun without GPUs: fairseq's own set-up takes the rank modulo the GPU count
             dt.distributed_init_method = "env://"
             dt.distributed_rank = int(os.environ["RANK"])

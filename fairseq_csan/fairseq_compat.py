@@ -22,9 +22,10 @@ to launch, so the launch fixes (3, 5, 6) take effect in the stock fairseq-train.
    count (1 without GPUs), and ``infer_init_method`` returns before it reads torchrun's
    WORLD_SIZE when the world size is 1: ``torchrun --nproc_per_node 2 fairseq-train --cpu``
    (or ``--nnodes 2`` on machines with one GPU each) ran two single-process trainings into
-   one checkpoint folder and exited 0. Under torchrun the world size is now torchrun's. An
-   srun step of several tasks that fairseq would run as copies (world size 1, or no GPUs)
-   now stops with a message.
+   one checkpoint folder and exited 0. Under torchrun the world size is now torchrun's, and
+   an explicit ``--distributed-init-method`` (fairseq would then spawn processes inside each
+   of torchrun's) stops with a message, as does an srun step of several tasks that fairseq
+   would run as copies (world size 1, or no GPUs).
 
 4. DDP refused CPU models. ``DistributedFairseqModel`` passes ``device_ids=[device_id]``,
    which torch accepts only for a GPU module. A CPU module now gets none.

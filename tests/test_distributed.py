@@ -245,6 +245,15 @@ def test_torchrun_without_gpus_joins_one_world_with_gloo(monkeypatch):
     assert dt.distributed_no_spawn and dt.device_id == 0 and dt.distributed_backend == "gloo"
 
 
+def test_one_torchrun_process_trains_alone_whatever_the_world_size_flag(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK"):
+        monkeypatch.setenv(name, TORCHRUN_RANK_1_OF_2[name] if name != "RANK" else "0")
+    seen, call_main = recording_call_main()
+    call_main(fairseq_config(world_size=2), main=None)
+    assert seen[0].distributed_training.distributed_world_size == 1  # not a wait for a rank 1
+
+
 def test_torchrun_world_size_wins_over_fairseq_default_on_gpus(monkeypatch):
     """One GPU per machine, torchrun --nnodes 2: fairseq's default world size is 1."""
     for name, value in TORCHRUN_RANK_1_OF_2.items():
@@ -270,6 +279,18 @@ def test_an_srun_step_that_would_train_copies_is_refused(cpu, message, monkeypat
     with pytest.raises(SystemExit, match="srun started 4 tasks, but fairseq would train them as 4 separate runs") as stop:
         call_main(fairseq_config(world_size=4 if cpu else 1, cpu=cpu), main=None)
     assert message in str(stop.value) and seen == []
+
+
+def test_torchrun_with_an_init_method_of_its_own_is_refused(monkeypatch):
+    """fairseq would skip torchrun's variables and spawn its own processes in each process."""
+    for name, value in TORCHRUN_RANK_1_OF_2.items():
+        monkeypatch.setenv(name, value)
+    for cpu in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: not cpu)
+        seen, call_main = recording_call_main()
+        with pytest.raises(SystemExit, match="under torchrun, leave out --distributed-init-method"):
+            call_main(fairseq_config(cpu=cpu, distributed_init_method="tcp://127.0.0.1:1"), main=None)
+        assert seen == []
 
 
 def test_cpu_launch_sized_by_gpus_is_refused(monkeypatch):
