@@ -38,14 +38,16 @@ token ids, side by side in one process in rounds as above:
   4. the whole model's training step (forward + backward, targets as long as the sources) of
      transformer_csan1d/csan2d at --csan-layers 3 against transformer's.
 A dense attention whose scores would take more than --dense-limit-gb is not run (the table
-says so).
+says so). --parts takes only some of the four; warm-up rounds run at the first length only.
 
 usage: python scripts/benchmark.py [--mode train|decode|long] [--size base|big] [--rounds 5]
                                    [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1]
-                                   [--lengths 256 ... 8192] [--tokens 8192] [--out FILE]
+                                   [--lengths 256 ... 8192] [--tokens 8192] [--parts attention memory encoder whole]
+                                   [--out FILE]
 """
 
 import argparse
+import ctypes
 import os
 import platform
 import random
@@ -214,12 +216,19 @@ def probe_memory(variant, impl, T, B):
 
 
 def peak_memory(variant, impl, T, B):
+    trim_malloc()  # the probe's memory adds to what this process holds
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_TUNING}
     done = subprocess.run([sys.executable, __file__, "--probe-memory", variant, impl, str(T), str(B)],
                           env={**env, **PROBE_MALLOC}, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"memory probe {variant} {impl} T={T} failed:\n{done.stderr[-2000:]}")
     return int(done.stdout.split()[-1])
+
+
+def trim_malloc():
+    """Give back what the tuned malloc keeps (MALLOC_TUNING), between measurements of long inputs."""
+    if platform.system() == "Linux":
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def side_by_side(steps, rounds, warmup):
@@ -236,6 +245,7 @@ def side_by_side(steps, rounds, warmup):
         if r >= warmup:
             for name in names:
                 seconds[name].append(elapsed[name])
+    trim_malloc()
     return seconds
 
 
@@ -286,6 +296,7 @@ def long_inputs(args, dictionary):
     attn_rows, memory_rows, encoder_rows, whole_rows = [], [], [], []
     for T in args.lengths:
         B = max(1, args.tokens // T)
+        warmup = args.warmup if T == args.lengths[0] else 0  # the first calls of a model are slow; later ones not
         torch.manual_seed(args.seed)
         x = torch.randn(T, B, 512, requires_grad=True)
         for variant in ATTENTION if {"attention", "memory"} & set(args.parts) else ():
@@ -296,8 +307,15 @@ def long_inputs(args, dictionary):
             else:
                 steps = {impl: (lambda m=m: attention_step(m, x)) for impl, m in paths.items()}
             skipped = f"not run (scores alone {gb:.1f} GB)"
+            if "memory" in args.parts:  # first, while this process holds little memory
+                mem = {impl: peak_memory(variant, impl, T, B) for impl in steps}
+                mem_dense, mem_ratio = skipped, skipped
+                if "dense" in mem:
+                    mem_dense, mem_ratio = f"{mem['dense'] / 2**20:.1f}", f"{mem['dense'] / mem['banded']:.1f}"
+                memory_rows.append(f"| {T} | {B} | {variant} | {mem_dense} | {mem['banded'] / 2**20:.1f} | {mem_ratio} |")
+                log(f"T={T} memory: {memory_rows[-1]}")
             if "attention" in args.parts:
-                sec = side_by_side(steps, args.rounds, args.warmup)
+                sec = side_by_side(steps, args.rounds, warmup)
                 banded_ms = statistics.median(sec["banded"]) * 1e3
                 if "dense" in sec:
                     ratio = "{:.2f}x ({:.2f}-{:.2f})".format(*median_ratio(sec["banded"], sec["dense"]))
@@ -306,21 +324,14 @@ def long_inputs(args, dictionary):
                     ratio = dense_ms = skipped
                 attn_rows.append(f"| {T} | {B} | {variant} | {dense_ms} | {banded_ms:.1f} | {ratio} |")
                 log(f"T={T} attention: {attn_rows[-1]}")
-            if "memory" in args.parts:
-                mem = {impl: peak_memory(variant, impl, T, B) for impl in steps}
-                mem_dense, mem_ratio = skipped, skipped
-                if "dense" in mem:
-                    mem_dense, mem_ratio = f"{mem['dense'] / 2**20:.1f}", f"{mem['dense'] / mem['banded']:.1f}"
-                memory_rows.append(f"| {T} | {B} | {variant} | {mem_dense} | {mem['banded'] / 2**20:.1f} | {mem_ratio} |")
-                log(f"T={T} memory: {memory_rows[-1]}")
         batch = long_batch(T, B, len(dictionary), args.seed)
         if "encoder" in args.parts:
             steps = {n: (lambda m=m: encoder_step(m, batch)) for n, m in models.items()}
-            encoder_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, args.warmup))
+            encoder_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup))
             log(f"T={T} encoder: {' '.join(encoder_rows[-len(steps):])}")
         if "whole" in args.parts and T <= args.whole_max_len:
             steps = {n: (lambda m=models[n]: train_step(m, batch)) for n in whole}
-            whole_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, args.warmup))
+            whole_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup))
             log(f"T={T} whole model: {' '.join(whole_rows[-len(steps):])}")
     sections = [
         ("Attention alone (no projections), forward + backward, window 11 (2D: 3 heads x 11 tokens), "
@@ -356,7 +367,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64, help="decoding batch size in sentences")
     parser.add_argument("--beam", type=int, default=4, help="decoding beam size")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (one batch per model each)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (--mode long: at the first length)")
     parser.add_argument("--vocab", type=int, default=32000, help="joined dictionary size")
     parser.add_argument("--lengths-from", type=Path, default=DEFAULT_LENGTHS,
                         help="prefix of an .en/.de pair of files whose word counts give the lengths")
@@ -464,8 +475,8 @@ def main_long(args, tuned):
         dictionary.add_symbol(f"w{i}")
     lines = [
         f"Long inputs, base dimensions (d 512, 8 heads, 6 + 6 layers), batches of {args.tokens} tokens "
-        f"(B = {args.tokens} / T sentences of T tokens), {args.rounds} rounds (A B C C B A) after "
-        f"{args.warmup} warm-up at each length.",
+        f"(B = {args.tokens} / T sentences of T tokens), {args.rounds} rounds (A B C C B A) at each length, "
+        f"after {args.warmup} warm-up round at the first.",
         f"Machine: {cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, torch {torch.__version__}, "
         f"Python {platform.python_version()}, malloc tuning {'on' if tuned else 'off'}.",
         "",
