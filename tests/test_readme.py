@@ -196,8 +196,9 @@ WALK = [
     'fairseq-train --user-dir "$(python -m fairseq_csan user-dir)" --arch transformer_csan2d --help '
     "| grep -A1 -e --csan-",
 ]
+# (an untrained model's outputs run to the length cap: GEN_FLAGS keeps that short)
 QUICK_BUDGET = {"MAX_UPDATE": "12", "TOY_ARGS": "--train 400 --valid 20 --test 20", "DIM": "32",
-                "BPE_MERGES": "300", "TRAIN_LINES": "400"}
+                "BPE_MERGES": "300", "TRAIN_LINES": "400", "GEN_FLAGS": "--max-len-a 1 --max-len-b 10"}
 
 
 @pytest.mark.slow
