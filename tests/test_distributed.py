@@ -304,6 +304,34 @@ def test_cpu_launch_sized_by_gpus_is_refused(monkeypatch):
     assert seen[0].distributed_training.distributed_init_method is None
 
 
+def test_fairseq_reads_the_slurm_step_that_train_sh_starts(monkeypatch, tmp_path):
+    """The srun step of test_dry_run_four_machines_through_slurm (4 machines x 2 GPUs, one task
+    per GPU, --distributed-world-size 8 --distributed-port 29500), as fairseq's own SLURM
+    detection sees it from task 5 (machine 2, second GPU); scontrol is a stand-in."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.distributed import utils as distributed_utils
+
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text("#!/bin/sh\nprintf 'gpu-a\\ngpu-b\\ngpu-c\\ngpu-d\\n'\n")
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    for name in TORCHRUN_RANK_1_OF_2:
+        monkeypatch.delenv(name, raising=False)
+    slurm = {"SLURM_STEP_NODELIST": "gpu-[a-d]", "SLURM_NNODES": "4", "SLURM_NTASKS_PER_NODE": "2",
+             "SLURM_NODEID": "2", "SLURM_PROCID": "5", "SLURM_LOCALID": "1"}
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)  # no GPU 1 here
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "/dev/null", "--task", "translation", "-s", "en", "-t", "de", "--arch", "transformer",
+        "--distributed-world-size", "8", "--distributed-port", "29500"])
+    dt = convert_namespace_to_omegaconf(args).distributed_training
+    distributed_utils.infer_init_method(dt)
+    assert dt.distributed_init_method == "tcp://gpu-a:29500"
+    assert (dt.distributed_world_size, dt.distributed_rank, dt.device_id, dt.distributed_no_spawn) == (8, 5, 1, True)
+
+
 # ---------------------------------------------------------------- scripts/train.sh's commands
 
 @pytest.fixture
