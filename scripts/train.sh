@@ -112,6 +112,7 @@ elif [ -n "$node_rank$master_addr" ]; then
   die "--node-rank and --master-addr are for torchrun on --nodes K > 1 machines"
 fi
 [ "$launcher" = slurm ] && [ -n "$cpu_procs" ] && die "--launcher slurm counts GPUs; with --cpu-processes use --launcher torchrun (run it under srun, one task per machine, if you must)"
+[ "$tiny" = 1 ] && [ -z "$cpu_procs" ] && [ -n "$launcher" ] && die "--cpu-tiny alone is one CPU process; add --cpu-processes N for several (--nodes, --launcher)"
 if [ -n "$cpu_procs" ]; then
   [ "$given_precision" = fp16 ] && die "--precision fp16 needs a GPU; --cpu-processes takes fp32 (default) or bf16"
   [ -n "$given_precision" ] || precision=fp32

@@ -416,6 +416,8 @@ def test_update_freq_keeps_8_x_4096_tokens_per_update(fake_data):
     (["--nodes", "2"], "--nodes 2 with torchrun needs --node-rank (0 to 1) and --master-addr"),
     (["--nodes", "2", "--node-rank", "2", "--master-addr", "h"], "--node-rank must be 0 to 1, got 2"),
     (["--node-rank", "0"], "--node-rank and --master-addr are for torchrun on --nodes K > 1 machines"),
+    (["--cpu-tiny", "--nodes", "2", "--node-rank", "0", "--master-addr", "h"], "--cpu-tiny alone is one CPU process"),
+    (["--cpu-tiny", "--launcher", "slurm"], "--cpu-tiny alone is one CPU process"),
 ])
 def test_bad_data_parallel_options(fake_data, options, message):
     done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt",
