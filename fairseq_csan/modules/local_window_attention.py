@@ -17,7 +17,7 @@ with one softmax over the whole area (NAACL eqs. 7-9; arXiv eqs. 6-8)::
     alpha_ij^{hs} = exp(e_ij^{hs}) / sum_{k=h-n..h+n} sum_{t=i-m..i+m} exp(e_it^{hk})
     y_i^h         = sum_{s=h-n..h+n} sum_{j=i-m..i+m} alpha_ij^{hs} v_j^s
 
-Choices where the papers are silent (see the README):
+Choices where the papers are silent (see docs/implementation.md):
 
 - At the sentence edges the window is clipped (out-of-range keys are absent), never shifted.
 - Heads outside 1..H are absent too: the area of the first and last heads is masked, not
