@@ -45,8 +45,8 @@ for step in "${steps[@]}"; do
   case "$step" in tests|benchmark|multi30k) ;; *) die "--only takes tests, benchmark and multi30k, got '$step'" ;; esac
 done
 
-# a script's GPU mode is used only where the script has one (its --help lists --device)
-has_device() { python "$1" --help 2>/dev/null | grep -q -- '--device'; }
+# a script's GPU mode is used only where the script has one (it defines a --device option)
+has_device() { grep -qE "[\"']--device[\"']" "$1"; }
 
 # each step: a name, its command (shell-quoted) or a note saying why it does not run
 declare -a names=() commands=() notes=()
