@@ -40,8 +40,9 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
   --wandb PROJECT   log to Weights & Biases (fairseq's --wandb-project; pip install wandb first)
   --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
   --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
-                    (default 16), 8 checkpoints (one every max-update/8 updates, so that
-                    evaluate.sh's default average of 5 finds enough), fp32 (or --precision
+                    (default 16), a checkpoint every max-update/8 updates (8 checkpoints
+                    when max-update >= 8, enough for evaluate.sh's default average of 5),
+                    fp32 (or --precision
                     bf16); for tests and first tries
 Arguments after -- go to fairseq-train unchanged and override the ones above.
 EOF
