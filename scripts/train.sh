@@ -40,8 +40,8 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
   --wandb PROJECT   log to Weights & Biases (fairseq's --wandb-project; pip install wandb first)
   --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
   --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
-                    (default 16), a checkpoint every max-update/8 updates (8 checkpoints
-                    when max-update >= 8, enough for evaluate.sh's default average of 5),
+                    (default 16), a checkpoint every max-update/8 updates, at least 2 (8 checkpoints
+                    when max-update >= 16, enough for evaluate.sh's default average of 5),
                     fp32 (or --precision
                     bf16); for tests and first tries
 Arguments after -- go to fairseq-train unchanged and override the ones above.
@@ -178,7 +178,7 @@ if [ "$tiny" = 1 ]; then
              --encoder-layers 3 --decoder-embed-dim 64 --decoder-ffn-embed-dim 128
              --decoder-attention-heads 4 --decoder-layers 2)
   max_tokens=1024 warmup=4 lr=0.001 log_every=2
-  save_every=$(( max_update / 8 )); [ "$save_every" -ge 1 ] || save_every=1
+  save_every=$(( max_update / 8 )); [ "$save_every" -ge 2 ] || save_every=2  # never 1: a rerun of a finished run takes one more update, which must not add a checkpoint
 else
   [ -n "$cpu_procs" ] && gpus=$cpu_procs  # CPU processes stand in for GPUs
   if [ -z "$gpus" ]; then
