@@ -61,3 +61,12 @@ def split_into(rows_src, rows_tgt, parts):
     """Cut two aligned lists into ``parts`` consecutive aligned pieces."""
     size = -(-len(rows_src) // parts)
     return [(rows_src[i:i + size], rows_tgt[i:i + size]) for i in range(0, len(rows_src), size)]
+
+
+def fake_task(tmp_path: Path) -> Path:
+    """A prepared-task folder (recipe.env and data-bin/) with a joined (identical) pair of dictionaries."""
+    data = tmp_path / "task"
+    write(data / "data-bin/dict.en.txt", ["a 5", "b 3"])
+    write(data / "data-bin/dict.de.txt", ["a 5", "b 3"])
+    write(data / "recipe.env", ["task=wmt14_en_de", "src=en", "tgt=de"])
+    return data

@@ -21,7 +21,7 @@ import torch
 
 from conftest import REPO
 from fairseq_csan import data_parallel
-from recipe_helpers import run, write
+from recipe_helpers import fake_task, run, write
 
 VENV_BIN = Path(sys.executable).parent
 TIMEOUT = 300  # seconds, for any one launch: nothing here may hang CI
@@ -336,11 +336,7 @@ def test_fairseq_reads_the_slurm_step_that_train_sh_starts(monkeypatch, tmp_path
 
 @pytest.fixture
 def fake_data(tmp_path):
-    data = tmp_path / "task"
-    write(data / "data-bin/dict.en.txt", ["a 5", "b 3"])
-    write(data / "data-bin/dict.de.txt", ["a 5", "b 3"])
-    write(data / "recipe.env", ["task=wmt14_en_de", "src=en", "tgt=de"])
-    return data
+    return fake_task(tmp_path)
 
 
 def dry_run(data, *options):

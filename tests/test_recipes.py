@@ -8,7 +8,7 @@ import tarfile
 import pytest
 
 from conftest import REPO
-from recipe_helpers import lines, load_script, run, write, write_sgm
+from recipe_helpers import fake_task, lines, load_script, run, write, write_sgm
 
 corpora = load_script("corpora")
 text_tools = load_script("text_tools")
@@ -304,11 +304,7 @@ def test_collect_results_refuses_to_overwrite(tmp_path):
 @pytest.fixture
 def fake_data(tmp_path):
     """A prepared-task folder with a joined (identical) pair of dictionaries."""
-    data = tmp_path / "task"
-    write(data / "data-bin/dict.en.txt", ["a 5", "b 3"])
-    write(data / "data-bin/dict.de.txt", ["a 5", "b 3"])
-    write(data / "recipe.env", ["task=wmt14_en_de", "src=en", "tgt=de"])
-    return data
+    return fake_task(tmp_path)
 
 
 def dry_run(data, *extra):
