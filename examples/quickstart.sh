@@ -10,7 +10,7 @@
 # Settings (environment variables):
 #   CORPUS       folder with train/val/test sentence files, e.g. train.en + train.de; the test
 #                split is the one file test*.$SRC_LANG (multi30k: test_2016_flickr).
-#                Default: a toy En-De corpus that examples/quickstart/make_toy_corpus.py writes.
+#                Default: a toy En-De corpus that fairseq_csan/recipes/toy_corpus.py writes.
 #   SRC_LANG, TGT_LANG   language suffixes (default en, de)
 #   WORK         output folder (default work/quickstart/<corpus name>)
 #   ARCH         architecture (default transformer_csan2d): any registered one, fairseq's
@@ -93,7 +93,7 @@ RAW=$WORK/raw
 if [ -z "$CORPUS" ]; then
   if done_before "$RAW/test.$TGT_LANG"; then say "1/6 toy corpus already in $RAW; skipped"
   # shellcheck disable=SC2086
-  else say "1/6 writing the toy corpus"; python "$ROOT/examples/quickstart/make_toy_corpus.py" "$RAW" $TOY_ARGS; fi
+  else say "1/6 writing the toy corpus"; python -m fairseq_csan.recipes.toy_corpus "$RAW" $TOY_ARGS; fi
   TEST=test
 else
   if done_before "$RAW/test.$TGT_LANG"; then say "1/6 corpus already copied into $RAW; skipped"

@@ -89,7 +89,7 @@ if [ -n "$checkpoint" ]; then
   [ -f "$checkpoint" ] || die "no checkpoint $checkpoint"
   inputs=("$checkpoint")
 else
-  mapfile -t inputs < <(python "$ROOT/scripts/average_checkpoints.py" --dir "$ckdir" --last "$last" --list) \
+  mapfile -t inputs < <(python -m fairseq_csan.recipes.average_checkpoints --dir "$ckdir" --last "$last" --list) \
     && [ ${#inputs[@]} -gt 0 ] || die "cannot choose the last $last checkpoints of $ckdir (see above); --last N averages fewer, --checkpoint FILE takes one"
 fi
 identity="$(for f in "${inputs[@]}"; do echo "checkpoint=$(cd "$(dirname "$f")" && pwd -P)/$(basename "$f") $(stat -c %Y "$f")"; done)
@@ -119,7 +119,7 @@ else
     log "1/3 $model (the same checkpoints) exists; kept"
   else
     log "1/3 averaging the last $last checkpoints of $ckdir"
-    python "$ROOT/scripts/average_checkpoints.py" --inputs "${inputs[@]}" --output "$model" --force
+    python -m fairseq_csan.recipes.average_checkpoints --inputs "${inputs[@]}" --output "$model" --force
   fi
 fi
 
@@ -163,4 +163,4 @@ score_args=(--generate-log "$gen" --decode-log "$out/generate.log" --ref-tok "$d
 [ "$tgt" = de ] && score_args+=(--compound-split)
 [ -n "$ckdir" ] && [ -f "$ckdir/train.log" ] && score_args+=(--train-log "$ckdir/train.log")
 [ -n "$baseline" ] && score_args+=(--baseline "$baseline")
-python "$ROOT/scripts/score.py" score "${score_args[@]}"
+python -m fairseq_csan.recipes.score score "${score_args[@]}"

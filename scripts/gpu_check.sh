@@ -57,20 +57,20 @@ for step in "${steps[@]}"; do
     tests)
       add tests "" python -m pytest -rs -v "$ROOT/tests/test_gpu.py" ;;
     benchmark)
-      if has_device "$ROOT/scripts/benchmark.py"; then
+      if has_device "$ROOT/fairseq_csan/recipes/benchmark.py"; then
         for mode in train decode; do
-          add "benchmark-$mode" "" python "$ROOT/scripts/benchmark.py" --mode "$mode" --device cuda --table1 \
+          add "benchmark-$mode" "" python -m fairseq_csan.recipes.benchmark --mode "$mode" --device cuda --table1 \
             --out "$out/benchmark_$mode.md"
         done
       else
-        add benchmark "not run: scripts/benchmark.py has no --device option, it times on the CPU only"
+        add benchmark "not run: fairseq_csan/recipes/benchmark.py has no --device option, it times on the CPU only"
       fi ;;
     multi30k)
-      if has_device "$ROOT/examples/multi30k/reproduce.py"; then
-        add multi30k "" python "$ROOT/examples/multi30k/reproduce.py" --device cuda --jobs "$jobs" \
+      if has_device "$ROOT/fairseq_csan/recipes/multi30k.py"; then
+        add multi30k "" python -m fairseq_csan.recipes.multi30k --device cuda --jobs "$jobs" \
           --max-update "$updates" --out "$out/multi30k"
       else
-        add multi30k "not run: examples/multi30k/reproduce.py has no --device option, it trains on the CPU only"
+        add multi30k "not run: fairseq_csan/recipes/multi30k.py has no --device option, it trains on the CPU only"
       fi ;;
   esac
 done

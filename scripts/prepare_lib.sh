@@ -7,8 +7,8 @@
 #
 # Steps, each skipped when its outputs exist and are newer than its inputs, as make would
 # (--force deletes every output of this script first and redoes them all):
-#   1 gather   raw corpora -> OUT/raw/{train,valid,test}.{SRC,TGT}    (scripts/corpora.py)
-#   2 tokenise Moses (en, de), jieba (zh), MeCab (ja) -> OUT/tok/      (scripts/text_tools.py)
+#   1 gather   raw corpora -> OUT/raw/{train,valid,test}.{SRC,TGT}    (fairseq_csan/recipes/corpora.py)
+#   2 tokenise Moses (en, de), jieba (zh), MeCab (ja) -> OUT/tok/      (fairseq_csan/recipes/text.py)
 #   3 clean    training pairs: empty, > CLEAN_MAX_LEN tokens, ratio > CLEAN_RATIO
 #   4 BPE      learn MERGES merges (subword-nmt) -> OUT/bpe/codes[.LANG]
 #   5 BPE      apply to train, valid, test -> OUT/bpe/
@@ -59,7 +59,7 @@ prepare_main() {
       --workers) workers="${2:?--workers needs a number}"; shift 2 ;;
       --no-download) download=0; shift ;;
       --force) force=1; shift ;;
-      --list) python "$RECIPE_ROOT/scripts/corpora.py" "$TASK" --list; return 0 ;;
+      --list) python -m fairseq_csan.recipes.corpora "$TASK" --list; return 0 ;;
       -h|--help) prepare_usage; return 0 ;;
       *) prepare_usage >&2; die "unknown argument '$1'" ;;
     esac
@@ -97,7 +97,7 @@ clean_ratio=$CLEAN_RATIO"
     rm -rf "$out/raw" "$out/tok" "$out/bpe" "$out/data-bin" "$out/data-bin.tmp"
   fi
   printf '%s\n' "$settings" > "$out/recipe.env"
-  python "$RECIPE_ROOT/scripts/text_tools.py" versions > "$out/tools.txt"
+  python -m fairseq_csan.recipes.text versions > "$out/tools.txt"
   local started=$SECONDS
 
   # 1 gather
@@ -107,7 +107,7 @@ clean_ratio=$CLEAN_RATIO"
     log "1/6 gather: $out/raw complete; skipped"
   else
     log "1/6 gather raw corpora from $raw"
-    python "$RECIPE_ROOT/scripts/corpora.py" "$TASK" --raw-dir "$raw" --out "$out/raw" "${gather_args[@]}" || exit $?
+    python -m fairseq_csan.recipes.corpora "$TASK" --raw-dir "$raw" --out "$out/raw" "${gather_args[@]}" || exit $?
   fi
 
   # 2 tokenise
@@ -118,7 +118,7 @@ clean_ratio=$CLEAN_RATIO"
         log "2/6 tokenise: $out/tok/$split.$lang up to date; skipped"
       else
         log "2/6 tokenise $split.$lang"
-        python "$RECIPE_ROOT/scripts/text_tools.py" tokenize --lang "$lang" --workers "$workers" \
+        python -m fairseq_csan.recipes.text tokenize --lang "$lang" --workers "$workers" \
           --input "$out/raw/$split.$lang" --output "$out/tok/$split.$lang"
       fi
     done
@@ -129,7 +129,7 @@ clean_ratio=$CLEAN_RATIO"
     log "3/6 clean: $out/tok/train.clean.* up to date; skipped"
   else
     log "3/6 clean training pairs (1..$clean_max_len tokens, ratio <= $CLEAN_RATIO)"
-    python "$RECIPE_ROOT/scripts/text_tools.py" clean --max-len "$clean_max_len" --ratio "$CLEAN_RATIO" \
+    python -m fairseq_csan.recipes.text clean --max-len "$clean_max_len" --ratio "$CLEAN_RATIO" \
       --src-in "$out/tok/train.$SRC" --tgt-in "$out/tok/train.$TGT" \
       --src-out "$out/tok/train.clean.$SRC" --tgt-out "$out/tok/train.clean.$TGT"
   fi

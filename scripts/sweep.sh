@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train and evaluate the window/area sweep of the CSAN paper's Figure 2: 1D-CSAN for each
 # window size M, and 2D-CSAN (window fixed, 11 by default) for each number of heads N, each
-# scored on the dev set. Plot it with scripts/analysis/window_sweep.py --sweep OUT.
+# scored on the dev set. Plot it with fairseq_csan/recipes/analysis/window_sweep.py --sweep OUT.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 
@@ -79,4 +79,4 @@ run() {  # run NAME KIND VALUE ARCH FLAGS...
 
 for m in $windows; do run "csan1d_window$m" window "$m" transformer_csan1d --csan-window "$m"; done
 for n in $heads; do run "csan2d_heads$n" heads "$n" transformer_csan2d --csan-window "$window_2d" --csan-heads "$n"; done
-echo "[sweep] done; plot with: python scripts/analysis/window_sweep.py --sweep $out --out DIR" >&2
+echo "[sweep] done; plot with: python -m fairseq_csan.recipes.analysis.window_sweep --sweep $out --out DIR" >&2

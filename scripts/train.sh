@@ -270,4 +270,4 @@ log="$save/train.log"
 [ "${node_rank:-0}" = 0 ] || log="$save/train.node$node_rank.log"
 echo "[train] log: $log (the 'ups' column is training steps/s, the papers' Speed)" >&2
 "${cmd[@]}" 2>&1 | tee -a "$log"
-python "$ROOT/scripts/score.py" speed "$log" >&2 || true
+python -m fairseq_csan.recipes.score speed "$log" >&2 || true

@@ -1,25 +1,11 @@
-"""Helpers for the recipe tests: load the scripts as modules, run the shell recipes, and lay
-out raw folders as the official downloads (or the user's ASPEC copy) would be."""
+"""Helpers for the recipe tests: run the shell recipes, and lay out raw folders as the official downloads (or the user's ASPEC copy) would be."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import REPO
-
-SCRIPTS = REPO / "scripts"
-
-
-def load_script(name: str):
-    """Import scripts/NAME.py (NAME may name a subfolder: "analysis/ngram_gap") as a module
-    (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"recipe_{name.replace('/', '_')}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # worker processes (fork) find their functions by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(command, check=True, **kwargs):

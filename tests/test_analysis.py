@@ -5,15 +5,12 @@ import json
 
 import pytest
 
-from recipe_helpers import lines, load_script, run, write
+from fairseq_csan.recipes.analysis import gate_weights, length_buckets, ngram_gap, window_sweep
+from recipe_helpers import lines, run, write
 
 
-def load(name):
-    return load_script(f"analysis/{name}")
 
 
-ngram_gap = load("ngram_gap")
-length_buckets = load("length_buckets")
 
 REF = ["a b c d", "the cat"]
 BASE = ["a b x y", "the the"]
@@ -70,31 +67,30 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
     write(tmp_path / "ev_base/hyp.tok", BASE)
     (tmp_path / "ev_base/results.json").write_text(json.dumps({"name": "Transformer-Base"}))
     out = tmp_path / "out"
-    run(["python", "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base",
+    run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base",
          "--system", f"CSAN={tmp_path / 'sys'}", "--out", out])
     with open(out / "ngram_gap.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["system"] for r in rows] == ["CSAN"] * 4 and float(rows[1]["gap"]) == pytest.approx(50.0)
     assert "Baseline: Transformer-Base." in (out / "ngram_gap.md").read_text()
     assert (out / "ngram_gap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    run(["python", "scripts/analysis/length_buckets.py", "--src", tmp_path / "src", "--ref", tmp_path / "ref",
+    run(["python", "-m", "fairseq_csan.recipes.analysis.length_buckets", "--src", tmp_path / "src", "--ref", tmp_path / "ref",
          "--baseline", tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out, "--groups", 2])
     with open(out / "length_buckets.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["source length"], r["sentences"]) for r in rows] == [("1-1", "1"), ("3-3", "1")]
     assert (out / "length_buckets.png").stat().st_size > 1000
-    again = run(["python", "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "ref", "--baseline",
+    again = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
                  tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out], check=False)
     assert again.returncode != 0 and "exist; pass --force" in again.stderr
     write(tmp_path / "one", ["a"])
-    bad = run(["python", "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "ref", "--baseline",
+    bad = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
                f"b={tmp_path / 'one'}", "--system", f"s={tmp_path / 'sys'}", "--out", tmp_path / "o3"], check=False)
     assert bad.returncode != 0 and "b has 1 lines, the reference 2" in bad.stderr
 
 
 # ---------------------------------------------------------------- gate weights
 
-gate_weights = load("gate_weights")
 
 
 def test_bpe_pieces_group_into_words():
@@ -128,7 +124,6 @@ def test_gate_means_by_hand():
 
 # ---------------------------------------------------------------- window / area sweep
 
-window_sweep = load("window_sweep")
 
 
 def test_window_sweep_collects_runs_in_order(tmp_path):
@@ -140,7 +135,7 @@ def test_window_sweep_collects_runs_in_order(tmp_path):
     write(tmp_path / "sweep/unfinished/sweep.env", ["kind=window", "value=5"])
     rows = window_sweep.collect(tmp_path / "sweep", "bleu_tok")
     assert [r[:3] for r in rows] == [["window", 3, 26.0], ["window", 11, 27.5], ["heads", 1, 27.7], ["heads", 3, 28.1]]
-    run(["python", "scripts/analysis/window_sweep.py", "--sweep", tmp_path / "sweep", "--out", tmp_path / "out",
+    run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", tmp_path / "sweep", "--out", tmp_path / "out",
          "--metric", "sacrebleu"])
     assert lines(tmp_path / "out/window_sweep.csv")[1] == "window,3,25.0,csan1d_window3"
     assert (tmp_path / "out/window_sweep.png").stat().st_size > 1000

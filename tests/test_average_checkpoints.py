@@ -1,7 +1,5 @@
-"""scripts/average_checkpoints.py: the average of real fairseq checkpoints of our models,
+"""fairseq_csan/recipes/average_checkpoints.py: the average of real fairseq checkpoints of our models,
 loaded back by fairseq's own loader; the choice of the newest checkpoints; refusals."""
-
-import importlib.util
 
 import pytest
 import torch
@@ -9,11 +7,8 @@ from omegaconf import OmegaConf
 from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from conftest import REPO, TINY, build_model
-
-spec = importlib.util.spec_from_file_location("average_checkpoints", REPO / "scripts" / "average_checkpoints.py")
-average_checkpoints = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(average_checkpoints)
+from conftest import TINY, build_model
+from fairseq_csan.recipes import average_checkpoints
 
 
 def save(path, model, args, updates):

@@ -146,10 +146,10 @@ def test_interactive_and_hub_interface_agree(toy_run):
 ])
 def test_benchmark_script_runs(selection, archs, tmp_path):
     """The benchmark is no test of speed; this only keeps the script working."""
-    shared_corpus("wmt14_en_de")
+    lengths = shared_corpus("wmt14_en_de") / "newstest2014"
     out = tmp_path / "bench.md"
     done = subprocess.run(
-        ["python", str(REPO / "scripts" / "benchmark.py"), "--max-tokens", "300", "--rounds", "1",
+        ["python", "-m", "fairseq_csan.recipes.benchmark", "--lengths-from", str(lengths), "--max-tokens", "300", "--rounds", "1",
          "--warmup", "0", "--vocab", "200", "--out", str(out), *selection],
         capture_output=True, text=True, timeout=600,
     )

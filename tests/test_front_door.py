@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, build_model
-from recipe_helpers import load_script, run, write
+from recipe_helpers import run, write
 
 
 def python_m(*args, cwd):
@@ -123,7 +123,7 @@ def test_recipe_outputs_are_ignored_by_git():
 
 def test_analysis_commands_name_a_missing_file(tmp_path):
     write(tmp_path / "hyp.txt", ["a b"])
-    done = run([sys.executable, "scripts/analysis/ngram_gap.py", "--ref", tmp_path / "missing.de",
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "missing.de",
                 "--baseline", f"base={tmp_path / 'hyp.txt'}", "--system", f"sys={tmp_path / 'hyp.txt'}",
                 "--out", tmp_path / "out"], check=False)
     assert done.returncode != 0 and f"no file {tmp_path / 'missing.de'}" in done.stderr
@@ -134,13 +134,13 @@ def test_gate_weights_checks_its_data_before_loading_a_model(tmp_path):
     not_a_checkpoint = tmp_path / "model.pt"
     not_a_checkpoint.write_bytes(b"not a checkpoint")  # loading it would fail with a traceback
     (tmp_path / "data").mkdir()
-    done = run([sys.executable, "scripts/analysis/gate_weights.py", "--model", f"m={not_a_checkpoint}",
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.gate_weights", "--model", f"m={not_a_checkpoint}",
                 "--data", tmp_path / "data", "--out", tmp_path / "out"], check=False)
     assert done.returncode == 2 and "no dict.*.txt there" in done.stderr and "Traceback" not in done.stderr
     for lang in ("en", "de"):
         write(tmp_path / "data" / f"dict.{lang}.txt", ["a 1"])
         (tmp_path / "data" / f"valid.en-de.{lang}.bin").write_bytes(b"")
-    done = run([sys.executable, "scripts/analysis/gate_weights.py", "--model", f"m={not_a_checkpoint}",
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.gate_weights", "--model", f"m={not_a_checkpoint}",
                 "--data", tmp_path / "data", "--out", tmp_path / "out", "--pos", tmp_path / "tags.txt"], check=False)
     assert done.returncode == 2 and "--pos" in done.stderr and "no such file" in done.stderr
 
@@ -153,9 +153,8 @@ def test_sweep_checks_its_inputs_before_making_run_folders(tmp_path):
 
 
 def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatch):
-    reproduce_path = REPO / "examples/multi30k/reproduce.py"
     out = tmp_path / "out"
-    done = run([sys.executable, reproduce_path, "--raw-dir", tmp_path / "nowhere", "--out", out], check=False)
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", tmp_path / "nowhere", "--out", out], check=False)
     assert done.returncode != 0 and "lacks train.en" in done.stderr
     assert not (out / "settings.json").exists()
     # settings.json from a first run that stopped before training: a corrected rerun replaces it
@@ -165,11 +164,8 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
             write(raw / f"{split}.{lang}", ["a"])
     out.mkdir()
     (out / "settings.json").write_text(json.dumps({"raw_dir": "/elsewhere"}))
-    import importlib.util
+    from fairseq_csan.recipes import multi30k as module
 
-    spec = importlib.util.spec_from_file_location("multi30k_reproduce", reproduce_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
     with pytest.raises(SystemExit, match="data preparation failed"):
         module.main(["--raw-dir", str(raw), "--out", str(out)])
@@ -185,7 +181,8 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
 def test_chrf_scores_and_its_paired_bootstrap():
     from sacrebleu.metrics import CHRF
 
-    score = load_script("score")
+    from fairseq_csan.recipes import score
+
     refs = ["Der Hund läuft schnell nach Hause .", "Ein kleines Haus am See .", "Sie lesen ein Buch ."] * 4
     base = ["Der Hund rennt nach Hause .", "Ein Haus .", "Sie lesen Bücher ."] * 4
     better = ["Der Hund läuft schnell nach Hause .", "Ein kleines Haus am See .", "Sie lesen ein Buch ."] * 4
@@ -198,7 +195,8 @@ def test_chrf_scores_and_its_paired_bootstrap():
 
 
 def test_collect_results_has_a_chrf_column(tmp_path):
-    collect = load_script("collect_results")
+    from fairseq_csan.recipes import collect_results as collect
+
     runs = []
     for name, chrf, mark in (("Base", 50.0, ""), ("+ CSANs", 52.5, "⇑")):
         runs.append({"name": name, "task": "wmt14_en_de", "bleu_tok": 27.0, "mark": "", "chrf": chrf,

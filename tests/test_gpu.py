@@ -126,13 +126,13 @@ def test_gpu_check_lists_its_steps():
     assert done.returncode == 0, done.stderr
     steps = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     assert steps["tests"] == f"python -m pytest -rs -v {REPO}/tests/test_gpu.py"
-    # the benchmark runs on the GPU only once scripts/benchmark.py has a --device option
-    if '"--device"' in (REPO / "scripts" / "benchmark.py").read_text(encoding="utf-8"):
+    # the benchmark runs on the GPU only once fairseq_csan/recipes/benchmark.py has a --device option
+    if '"--device"' in (REPO / "fairseq_csan" / "recipes" / "benchmark.py").read_text(encoding="utf-8"):
         assert steps["benchmark-train"].endswith("--mode train --device cuda --table1 --out /o/benchmark_train.md")
         assert "--mode decode --device cuda" in steps["benchmark-decode"]
     else:
-        assert steps["benchmark"] == "not run: scripts/benchmark.py has no --device option, it times on the CPU only"
-    assert steps["multi30k"] == (f"python {REPO}/examples/multi30k/reproduce.py --device cuda --jobs 3 "
+        assert steps["benchmark"] == "not run: fairseq_csan/recipes/benchmark.py has no --device option, it times on the CPU only"
+    assert steps["multi30k"] == ("python -m fairseq_csan.recipes.multi30k --device cuda --jobs 3 "
                                  "--max-update 500 --out /o/multi30k")
     done = gpu_check("--dry-run", "--only", "tests")
     assert done.stdout.splitlines() == [f"tests: python -m pytest -rs -v {REPO}/tests/test_gpu.py"]
@@ -159,7 +159,7 @@ def test_gpu_check_bad_options(options, message):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
 def test_multi30k_on_cuda_without_cuda_is_refused(tmp_path):
-    done = subprocess.run([sys.executable, "examples/multi30k/reproduce.py", "--device", "cuda", "--out",
+    done = subprocess.run([sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--device", "cuda", "--out",
                            str(tmp_path / "m")], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 2 and "--device cuda: no CUDA device here" in done.stderr
     assert not (tmp_path / "m").exists()

@@ -104,7 +104,7 @@ def test_fairseq_generate_decodes_long_sources(long_run):
 def test_benchmark_long_mode_runs(tmp_path):
     """The benchmark is no test of speed; this only keeps its long mode working."""
     out = tmp_path / "long.md"
-    run([sys.executable, REPO / "scripts" / "benchmark.py", "--mode", "long", "--lengths", "40",
+    run([sys.executable, "-m", "fairseq_csan.recipes.benchmark", "--mode", "long", "--lengths", "40",
          "--tokens", "80", "--rounds", "1", "--warmup", "0", "--vocab", "100", "--threads", "1", "--out", out])
     table = out.read_text()
     for T, B in ((40, 2),):
@@ -115,4 +115,4 @@ def test_benchmark_long_mode_runs(tmp_path):
                       "transformer_csan2d K=3", "transformer_csan2d K=6"):
             assert re.search(rf"^\| {T} \| {B} \| {model} \| \d+ \| [\d.]+x \(", table, re.M), table
     assert len(re.findall(r"^\| \d+ \| \d+ \| transformer \| \d+ \| 1\.00x", table, re.M)) == 2  # encoder, whole
-    assert "Command: python scripts/benchmark.py --mode long" in table
+    assert "Command: python -m fairseq_csan.recipes.benchmark --mode long" in table

@@ -1,7 +1,6 @@
-"""examples/multi30k/reproduce.py: its significance test against sacreBLEU's own, its
+"""fairseq_csan/recipes/multi30k.py: its significance test against sacreBLEU's own, its
 refusals of bad settings, and (slow) a smoke run of the whole reproduction at a tiny budget."""
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -14,14 +13,10 @@ from sacrebleu.metrics import BLEU
 from conftest import REPO, shared_corpus
 from recipe_helpers import lines, run, write
 
-SCRIPT = REPO / "examples" / "multi30k" / "reproduce.py"
-
-
 def load():
-    spec = importlib.util.spec_from_file_location("multi30k_reproduce", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from fairseq_csan.recipes import multi30k
+
+    return multi30k
 
 
 REFS = ["the cat sat on the mat .", "a dog runs in the park", "two men are playing football",
@@ -100,7 +95,7 @@ def test_seed_pooled_bootstrap_against_a_brute_force_reference():
     (["--max-update", "0"], "--max-update must be a positive whole number"),
 ])
 def test_bad_settings_are_refused_before_any_work(tmp_path, args, message):
-    done = run([sys.executable, SCRIPT, "--out", tmp_path / "out", *args], check=False)
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--out", tmp_path / "out", *args], check=False)
     assert done.returncode == 2 and message in done.stderr
     assert not (tmp_path / "out").exists()
 
@@ -116,7 +111,7 @@ def test_reproduction_smoke_run(tmp_path):
         write(raw / f"val.{lang}", lines(m30k / f"val.{lang}")[:40])
         write(raw / f"test_2016_flickr.{lang}", lines(m30k / f"test_2016_flickr.{lang}")[:40])
     out = tmp_path / "out"
-    command = [sys.executable, SCRIPT, "--raw-dir", raw, "--out", out, "--merges", 300, "--seeds", "1,2",
+    command = [sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", raw, "--out", out, "--merges", 300, "--seeds", "1,2",
                "--systems", "transformer,ctxaware", "--max-update", 8, "--windows", 3, "--heads", "",
                "--bootstrap-samples", 100]
     done = run(command)
@@ -167,6 +162,8 @@ def test_prepare_names_the_missing_file_and_where_to_get_it(tmp_path):
     assert "https://github.com/multi30k/dataset" in done.stderr
 
 
-def test_prepare_defaults_to_the_shared_copy_and_8000_merges():
+def test_prepare_defaults_to_the_readme_folder_and_8000_merges():
+    """The raw folder defaults to where the README unpacks Multi30k, never outside the clone."""
     done = run(["bash", "examples/multi30k/prepare.sh", "--help"])
-    assert "shared/data/multi30k_en_de" in done.stdout and "--merges N     BPE merge operations (default: 8000" in done.stdout
+    assert "else data/multi30k_raw)" in done.stdout and "shared" not in done.stdout
+    assert "--merges N     BPE merge operations (default: 8000" in done.stdout

@@ -249,8 +249,7 @@ def test_readme_path_end_to_end(tmp_path):
     assert (results / "test.de").read_text(encoding="utf-8") == (results / "hyp.detok").read_text(encoding="utf-8")
     assert (results / "test.de.tok").read_text(encoding="utf-8") == (results / "hyp.tok").read_text(encoding="utf-8")
     # its preprocessing is the recipe's: the raw test set becomes the recipe's BPE file
-    sys.path.insert(0, str(REPO / "scripts"))
-    from translate import preprocess
+    from fairseq_csan.recipes.translate import preprocess
 
     data = clone / "data/multi30k_en_de"
     assert preprocess(lines(data / "raw/test.en"), "en", data / "bpe/codes") == lines(data / "bpe/test.en")

@@ -8,12 +8,11 @@ import tarfile
 import pytest
 
 from conftest import REPO
-from recipe_helpers import fake_task, lines, load_script, run, write, write_sgm
+from fairseq_csan.recipes import collect_results as collect
+from fairseq_csan.recipes import corpora, score
+from fairseq_csan.recipes import text as text_tools
+from recipe_helpers import fake_task, lines, run, write, write_sgm
 
-corpora = load_script("corpora")
-text_tools = load_script("text_tools")
-score = load_script("score")
-collect = load_script("collect_results")
 
 
 # ---------------------------------------------------------------- gathering the raw corpora
@@ -132,7 +131,7 @@ def test_aspec_missing_message_points_to_the_licence():
 
 
 def test_list_names_every_corpus():
-    listing = run(["python", "scripts/corpora.py", "wmt17_zh_en", "--list"]).stdout
+    listing = run(["python", "-m", "fairseq_csan.recipes.corpora", "wmt17_zh_en", "--list"]).stdout
     for name in ("News Commentary v12", "UN Parallel Corpus v1.0", "CWMT", "newsdev2017", "newstest2017"):
         assert name in listing
 
@@ -292,10 +291,10 @@ def test_collect_results_table(tmp_path):
 def test_collect_results_refuses_to_overwrite(tmp_path):
     run_dir = _result(tmp_path / "a", "T", "wmt14_en_de", 20.0)
     (tmp_path / "table.md").write_text("mine")
-    done = run(["python", "scripts/collect_results.py", run_dir, "--output", tmp_path / "table.md"], check=False)
+    done = run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "table.md"], check=False)
     assert done.returncode != 0 and "exists" in done.stderr
     assert (tmp_path / "table.md").read_text() == "mine"
-    run(["python", "scripts/collect_results.py", run_dir, "--output", tmp_path / "table.md", "--force"])
+    run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "table.md", "--force"])
     assert "| T |" in (tmp_path / "table.md").read_text()
 
 

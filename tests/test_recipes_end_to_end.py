@@ -153,7 +153,7 @@ def test_ende_training_resumes_and_refuses_another_run(ende):
     save = ende["work"] / "ck_base"
     # --cpu-tiny keeps 8 checkpoints, enough for evaluate.sh's default average of the last 5
     assert sorted(int(p.stem.split("_")[-1]) for p in save.glob("checkpoint_1_*.pt")) == list(range(2, 17, 2))
-    speed = run(["python", "scripts/score.py", "speed", save / "train.log"]).stdout
+    speed = run(["python", "-m", "fairseq_csan.recipes.score", "speed", save / "train.log"]).stdout
     assert "training steps/s" in speed
     other = run(["bash", "scripts/train.sh", "--data", ende["out"], "--arch", "transformer_csan1d",
                  "--save-dir", save, "--cpu-tiny"], check=False)
@@ -171,7 +171,7 @@ def test_ende_evaluate_with_bootstrap_and_table(ende):
     assert test["baseline"] == "Transformer-Base" and test["samples"] == 200
     assert 0.0 < test["p_value"] <= 1.0
     assert test["baseline_bleu"] == pytest.approx(base["bleu_tok"]) and test["bleu"] == pytest.approx(csan["bleu_tok"])
-    table = run(["python", "scripts/collect_results.py", work / "ev_base", work / "ev_csan"]).stdout
+    table = run(["python", "-m", "fairseq_csan.recipes.collect_results", work / "ev_base", work / "ev_csan"]).stdout
     assert "| System | WMT14 En⇒De #Params | WMT14 En⇒De Speed | WMT14 En⇒De BLEU |" in table
     assert "| Transformer-Base | 0.2M |" in table and "| + CSANs | 0.2M |" in table
     # a second evaluation of the same checkpoints and settings keeps the average and the decoding
@@ -224,7 +224,7 @@ def test_ende_window_sweep_trains_evaluates_and_plots(ende):
     again = run(command)
     assert "[sweep] csan2d_heads3" in again.stderr
     assert "exists; kept" in (sweep / "csan1d_window3/eval.out").read_text()
-    run(["python", "scripts/analysis/window_sweep.py", "--sweep", sweep, "--out", ende["work"] / "sweep_plot"])
+    run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", sweep, "--out", ende["work"] / "sweep_plot"])
     rows = lines(ende["work"] / "sweep_plot/window_sweep.csv")
     assert [r.split(",")[:2] for r in rows[1:]] == [["window", "3"], ["heads", "3"]]
 
@@ -255,7 +255,7 @@ def test_zhen_recipe(tmp_path):
     # the gate-weight analysis on the trained context-aware model, with one tag per word
     tags = [" ".join("X" if i % 2 else "N" for i, _ in enumerate(line.split())) for line in lines(out / "tok/valid.zh")]
     write(tmp_path / "valid.pos", tags)
-    run(["python", "scripts/analysis/gate_weights.py", "--model", f"ctx={tmp_path / 'ck/checkpoint_last.pt'}",
+    run(["python", "-m", "fairseq_csan.recipes.analysis.gate_weights", "--model", f"ctx={tmp_path / 'ck/checkpoint_last.pt'}",
          "--data", out, "--out", tmp_path / "gates", "--cpu", "--pos", tmp_path / "valid.pos"])
     layers = lines(tmp_path / "gates/gate_weights.csv")
     assert layers[0] == "model,side,layer,mean λQ,mean λK,tokens" and len(layers) == 1 + 3  # 3 encoder layers

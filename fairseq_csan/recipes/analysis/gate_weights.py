@@ -2,7 +2,7 @@
 gate values lambda_Q and lambda_K of eq. 5 per layer, on the source side and the target side,
 and per part of speech of the source words.
 
-usage: python scripts/analysis/gate_weights.py --model NAME=CHECKPOINT [--model ...] \
+usage: python -m fairseq_csan.recipes.analysis.gate_weights --model NAME=CHECKPOINT [--model ...] \
            --data DATA --out DIR [--subset valid] [--pos TAGS] [--max-tokens 4096] [--cpu] [--force]
 
 DATA is a prepared task folder (its data-bin/) or a fairseq data-bin folder. Each model runs
@@ -24,8 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import outputs, pyplot, read_lines, write_table  # noqa: E402
+from .common import outputs, pyplot, read_lines, write_table
 
 
 def words_of(pieces):

@@ -5,7 +5,7 @@ It is the quick start's default corpus: real enough to need what a translation m
 words move locally), small enough to learn in minutes on a CPU. The layout is that of the
 shared corpora: train/val/test, one sentence per line, ``.en`` and ``.de``.
 
-usage: python make_toy_corpus.py OUT_DIR [--train 20000] [--valid 500] [--test 500] [--seed 1]
+usage: python -m fairseq_csan.recipes.toy_corpus OUT_DIR [--train 20000] [--valid 500] [--test 500] [--seed 1]
 """
 
 import argparse

@@ -1,5 +1,5 @@
 """Average the weights of several fairseq checkpoints into one (fairseq's own
-``scripts/average_checkpoints.py`` is not in the pip package).
+``fairseq_csan/recipes/average_checkpoints.py`` is not in the pip package).
 
 Every floating-point tensor of the models' state dicts is averaged (accumulated in float64,
 stored in its own dtype); other tensors (integer buffers) must be equal in every checkpoint.
@@ -7,9 +7,9 @@ The result keeps the newest checkpoint's configuration and training state, witho
 optimizer state, which averaged weights do not match; fairseq-generate, fairseq-interactive
 and the hub interface load it as any checkpoint.
 
-usage: python scripts/average_checkpoints.py --inputs A.pt B.pt ... --output avg.pt
-       python scripts/average_checkpoints.py --dir CHECKPOINTS --last N --output avg.pt
-       python scripts/average_checkpoints.py --dir CHECKPOINTS --last N --list   (which ones)
+usage: python -m fairseq_csan.recipes.average_checkpoints --inputs A.pt B.pt ... --output avg.pt
+       python -m fairseq_csan.recipes.average_checkpoints --dir CHECKPOINTS --last N --output avg.pt
+       python -m fairseq_csan.recipes.average_checkpoints --dir CHECKPOINTS --last N --list   (which ones)
 
 With --dir/--last, the N newest numbered checkpoints are taken: checkpoint_E_U.pt (saved
 every --save-interval-updates) when the folder has any, else checkpointE.pt (one per epoch).

@@ -20,7 +20,7 @@ base model page-faults its activations in again, which on a 2-core machine costs
 of the step and most of the noise. It speeds all models alike; --no-malloc-tuning turns it off.
 
 Batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De pairs
-(from ../shared/data/wmt14_en_de, or --lengths-from), sorted by length and cut into batches
+(--lengths-from PREFIX: newstest2014.en/.de, or any En-De pair, e.g. a prepared task's raw/test), sorted by length and cut into batches
 of at most --max-tokens tokens, as fairseq batches them; token ids are random.
 
 --table1 times every architecture of the CSAN paper's Table 1 in one run: the seven locality
@@ -40,7 +40,7 @@ token ids, side by side in one process in rounds as above:
 A dense attention whose scores would take more than --dense-limit-gb is not run (the table
 says so). --parts takes only some of the four; warm-up rounds run at the first length only.
 
-usage: python scripts/benchmark.py [--mode train|decode|long] [--size base|big] [--rounds 5]
+usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long] [--size base|big] [--rounds 5]
                                    [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1]
                                    [--lengths 256 ... 8192] [--tokens 8192] [--parts attention memory encoder whole]
                                    [--out FILE]
@@ -67,8 +67,8 @@ from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq.tasks.translation import TranslationTask
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_LENGTHS = REPO.parent / "shared" / "data" / "wmt14_en_de" / "newstest2014"
+MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
+DEFAULT_LENGTHS = Path("data/wmt14_en_de/raw/test")  # newstest2014 as examples/wmt14_en_de/prepare.sh writes it
 BASELINE = {"base": "transformer", "big": "transformer_vaswani_wmt_en_de_big"}
 TABLE1 = ["transformer_bidirect", "transformer_relpos", "transformer_neighbor", "transformer_local_hard",
           "transformer_local_soft", "transformer_block", "transformer_cnn", "transformer_csan1d", "transformer_csan2d"]
@@ -218,7 +218,7 @@ def probe_memory(variant, impl, T, B):
 def peak_memory(variant, impl, T, B):
     trim_malloc()  # the probe's memory adds to what this process holds
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_TUNING}
-    done = subprocess.run([sys.executable, __file__, "--probe-memory", variant, impl, str(T), str(B)],
+    done = subprocess.run([sys.executable, "-m", MODULE, "--probe-memory", variant, impl, str(T), str(B)],
                           env={**env, **PROBE_MALLOC}, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"memory probe {variant} {impl} T={T} failed:\n{done.stderr[-2000:]}")
@@ -370,7 +370,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (--mode long: at the first length)")
     parser.add_argument("--vocab", type=int, default=32000, help="joined dictionary size")
     parser.add_argument("--lengths-from", type=Path, default=DEFAULT_LENGTHS,
-                        help="prefix of an .en/.de pair of files whose word counts give the lengths")
+                        help="prefix of an .en/.de pair of files whose word counts give the lengths "
+                             f"(default: {DEFAULT_LENGTHS}, newstest2014 in the README's prepared WMT14 task)")
     parser.add_argument("--max-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=1)
@@ -392,7 +393,7 @@ def main():
         return
     tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
     if not args.no_malloc_tuning and not tuned and platform.system() == "Linux":
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_TUNING})
+        os.execve(sys.executable, [sys.executable, "-m", MODULE, *sys.argv[1:]], {**os.environ, **MALLOC_TUNING})
     torch.set_num_threads(args.threads)
     if args.mode == "long":
         return main_long(args, tuned)
@@ -462,7 +463,7 @@ def main():
             f"| {arch} | {params[arch] / 1e6:.2f}M | {statistics.median(tps):.{0 if args.mode == 'train' else 2}f} | "
             f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |"
         )
-    lines += ["", "Command: python scripts/benchmark.py " + " ".join(sys.argv[1:])]
+    lines += ["", "Command: python -m fairseq_csan.recipes.benchmark " + " ".join(sys.argv[1:])]
     table = "\n".join(lines)
     print(table)
     if args.out:
@@ -482,7 +483,7 @@ def main_long(args, tuned):
         "",
         *long_inputs(args, dictionary),
         "",
-        "Command: python scripts/benchmark.py " + " ".join(sys.argv[1:]),
+        "Command: python -m fairseq_csan.recipes.benchmark " + " ".join(sys.argv[1:]),
     ]
     table = "\n".join(lines)
     print(table)

@@ -1,7 +1,7 @@
 """BLEU by source length (the context-aware paper's Figure 5): the test sentences split into
 groups by source length, each system's BLEU in every group, and its gap to a baseline.
 
-usage: python scripts/analysis/length_buckets.py --src SRC.tok --ref REF.tok --baseline BASE
+usage: python -m fairseq_csan.recipes.analysis.length_buckets --src SRC.tok --ref REF.tok --baseline BASE
            --system SYS [--system SYS2 ...] --out DIR [--groups 10 | --width 10] [--force]
 
 BASE and SYS are evaluation folders of scripts/evaluate.sh (their hyp.tok) or NAME=FILE.
@@ -21,8 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import bleu_stats, check_lengths, outputs, pyplot, read_lines, system, write_table  # noqa: E402
+from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, system, write_table
 
 
 def equal_groups(lengths, groups):

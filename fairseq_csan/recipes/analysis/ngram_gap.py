@@ -1,7 +1,7 @@
 """N-gram gap (the CSAN paper's Figure 3): how much better each system translates n-grams of
 each order than a baseline.
 
-usage: python scripts/analysis/ngram_gap.py --ref REF.tok --baseline BASE --system SYS
+usage: python -m fairseq_csan.recipes.analysis.ngram_gap --ref REF.tok --baseline BASE --system SYS
            [--system SYS2 ...] --out DIR [--max-order 4] [--force]
 
 BASE and SYS are evaluation folders of scripts/evaluate.sh (their hyp.tok) or NAME=FILE with
@@ -20,8 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import bleu_stats, check_lengths, outputs, pyplot, read_lines, system, write_table  # noqa: E402
+from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, system, write_table
 from sacrebleu.metrics import BLEU  # noqa: E402
 
 

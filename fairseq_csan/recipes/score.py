@@ -1,10 +1,10 @@
 """Scores of one evaluated system, as the papers report them (used by scripts/evaluate.sh).
 
 usage:
-  python scripts/score.py score --generate-log GEN [--decode-log LOG] --ref-tok REF.tok \
+  python -m fairseq_csan.recipes.score score --generate-log GEN [--decode-log LOG] --ref-tok REF.tok \
       --ref-raw REF --lang L --out DIR [--compound-split] [--train-log LOG] [--baseline DIR] [--name NAME] \
       [--arch ARCH] [--task TASK] [--bootstrap-samples 1000]
-  python scripts/score.py speed TRAIN_LOG
+  python -m fairseq_csan.recipes.score speed TRAIN_LOG
 
 score reads fairseq-generate's output GEN and writes to DIR:
   hyp.tok      hypotheses in corpus order, BPE removed: the pipeline's tokenisation

@@ -4,7 +4,7 @@ Trains the Transformer baseline, 1D-CSAN, 2D-CSAN (Yang et al., NAACL 2019), the
 Transformer (Yang et al., AAAI 2019) and 2D-CSAN with context gating at small dimensions, each
 for the same fixed number of updates and with several seeds; evaluates every run on
 test_2016_flickr; and writes a results table (sacreBLEU mean and spread over seeds, and paired
-bootstrap resampling against the baseline) and the analyses of scripts/analysis/ to OUT:
+bootstrap resampling against the baseline) and the analyses of fairseq_csan/recipes/analysis/ to OUT:
 
   OUT/data/                     the prepared task (examples/multi30k/prepare.sh)
   OUT/runs/SYSTEM/seedS/        checkpoints/, train.out, eval/ (scripts/evaluate.sh), eval.out
@@ -13,7 +13,7 @@ bootstrap resampling against the baseline) and the analyses of scripts/analysis/
   OUT/analysis/                 n-gram gap, length buckets (all seeds pooled), gate weights
                                 (seed 1 of each context-aware system), window sweep
 
-usage: python examples/multi30k/reproduce.py [--out DIR] [--raw-dir DIR] [--seeds 1,2,3]
+usage: python -m fairseq_csan.recipes.multi30k [--out DIR] [--raw-dir DIR] [--seeds 1,2,3]
            [--max-update N] [--systems a,b] [--windows 3,7,11] [--heads 1,3] [--jobs N]
            [--device cpu|cuda]
 
@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(ROOT / "scripts" / "analysis"), str(ROOT / "scripts")]
-from common import pyplot, read_lines, write_table  # noqa: E402
-from score import mark  # noqa: E402
+from .analysis.common import pyplot, read_lines, write_table
+from .score import mark
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository checkout: its recipes in scripts/ and examples/
+DEFAULT_RAW = Path("data/multi30k_raw")  # where the README unpacks Multi30k
 
 SYSTEMS = {  # name in the table -> architecture
     "transformer": "transformer",
@@ -314,22 +314,22 @@ def analyses(args, data, runs):
     for system, seeds in runs.items():
         (pooled / f"{system}.tok").write_text(
             "".join((run / "eval" / "hyp.tok").read_text(encoding="utf-8") for *_, run in seeds), encoding="utf-8")
-    analysis = ROOT / "scripts" / "analysis"
+    analysis = "fairseq_csan.recipes.analysis."
     others = [f"--system={s}={pooled / f'{s}.tok'}" for s in runs if s != BASELINE]
     commands = []
     if BASELINE in runs and others:
         base = f"--baseline={BASELINE}={pooled / f'{BASELINE}.tok'}"
-        commands.append([sys.executable, analysis / "ngram_gap.py", "--ref", pooled / "ref.tok", base, *others,
+        commands.append([sys.executable, "-m", analysis + "ngram_gap", "--ref", pooled / "ref.tok", base, *others,
                          "--out", out])
-        commands.append([sys.executable, analysis / "length_buckets.py", "--src", pooled / "src.tok", "--ref",
+        commands.append([sys.executable, "-m", analysis + "length_buckets", "--src", pooled / "src.tok", "--ref",
                          pooled / "ref.tok", base, *others, "--groups", "5", "--out", out])
     first = args.seeds.index(1) if 1 in args.seeds else 0  # seed 1, else the first seed given
     gated = [f"--model={s}={runs[s][first][3] / 'eval' / 'averaged.pt'}" for s in CONTEXT_AWARE if s in runs]
     if gated:
-        commands.append([sys.executable, analysis / "gate_weights.py", *gated, "--data", data, "--cpu",
+        commands.append([sys.executable, "-m", analysis + "gate_weights", *gated, "--data", data, "--cpu",
                          "--out", out])
     if args.windows or args.heads:
-        commands.append([sys.executable, analysis / "window_sweep.py", "--sweep", args.out / "sweep",
+        commands.append([sys.executable, "-m", analysis + "window_sweep", "--sweep", args.out / "sweep",
                          "--metric", "sacrebleu", "--out", out])
     for command in commands:
         done = subprocess.run(command, capture_output=True, text=True)
@@ -367,7 +367,7 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--out", type=Path, default=Path("runs/multi30k"), help="output folder (default runs/multi30k)")
     parser.add_argument("--raw-dir", type=Path,
-                        help="the raw Multi30k files (default: $MULTI30K, else ../shared/data/multi30k_en_de)")
+                        help="the raw Multi30k files (default: $MULTI30K, else data/multi30k_raw, where the README unpacks them)")
     parser.add_argument("--merges", type=int, default=8000, help="BPE merges (default 8000)")
     parser.add_argument("--seeds", type=number_list, default=[1, 2, 3], help="seeds, comma-separated (default 1,2,3)")
     parser.add_argument("--max-update", type=int, default=DEFAULT_MAX_UPDATE,
@@ -405,7 +405,7 @@ def main(argv=None):
     if any(n > 4 for n in args.heads):
         parser.error("--heads: the small model has 4 heads, so the 2D area takes at most 3 (odd)")
 
-    raw = args.raw_dir or os.environ.get("MULTI30K") or ROOT.parent / "shared" / "data" / "multi30k_en_de"
+    raw = args.raw_dir or os.environ.get("MULTI30K") or DEFAULT_RAW
     missing = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")
                if not (Path(raw) / f"{split}.{lang}").is_file()]
     if missing:  # checked before anything is written, so a corrected rerun starts clean
@@ -428,7 +428,7 @@ def main(argv=None):
 
     started = time.time()
     data = (args.out / "data").resolve()
-    prepare = ["bash", HERE / "prepare.sh", "--out", data, "--merges", str(args.merges), "--no-download"]
+    prepare = ["bash", ROOT / "examples/multi30k/prepare.sh", "--out", data, "--merges", str(args.merges), "--no-download"]
     if args.raw_dir:
         prepare += ["--raw-dir", args.raw_dir]
     log("preparing the data (examples/multi30k/prepare.sh)")

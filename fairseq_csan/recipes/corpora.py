@@ -8,8 +8,8 @@ downloaded archive when only the archive is there, downloads a public archive wh
 is there (unless told not to), and writes the split's two sides, every corpus concatenated,
 to ``OUT/train.SRC`` ``OUT/train.TGT``, ``valid.*`` and ``test.*``.
 
-usage: python scripts/corpora.py TASK --raw-dir RAW --out OUT [--no-download] [--force]
-       python scripts/corpora.py TASK --list          (what the raw folder must hold)
+usage: python -m fairseq_csan.recipes.corpora TASK --raw-dir RAW --out OUT [--no-download] [--force]
+       python -m fairseq_csan.recipes.corpora TASK --list          (what the raw folder must hold)
 
 A missing corpus stops it with the file that is missing and where to get it. Outputs are
 written to a temporary name and renamed, so an interrupted run never leaves a file that

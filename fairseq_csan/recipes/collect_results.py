@@ -1,6 +1,6 @@
 """Collect evaluated runs into a markdown table shaped like the papers' Table 2.
 
-usage: python scripts/collect_results.py EVAL_DIR [EVAL_DIR ...] [--metric bleu_tok]
+usage: python -m fairseq_csan.recipes.collect_results EVAL_DIR [EVAL_DIR ...] [--metric bleu_tok]
                                          [--output table.md] [--force]
 
 Each EVAL_DIR is an --out of scripts/evaluate.sh (it holds results.json). Rows are systems

@@ -1,7 +1,7 @@
 """Window and area sweep (the CSAN paper's Figure 2): dev BLEU of 1D-CSAN against the window
 size M, and of 2D-CSAN against the number of heads N in its area (window fixed).
 
-usage: python scripts/analysis/window_sweep.py --sweep SWEEP_OUT --out DIR [--metric bleu_tok] [--force]
+usage: python -m fairseq_csan.recipes.analysis.window_sweep --sweep SWEEP_OUT --out DIR [--metric bleu_tok] [--force]
 
 SWEEP_OUT is the --out of scripts/sweep.sh: one folder per run with sweep.env (kind=window or
 heads, value) and eval/results.json. Writes DIR/window_sweep.csv, .md and .png (one panel per
@@ -13,8 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import outputs, pyplot, read_lines, write_table  # noqa: E402
+from .common import outputs, pyplot, read_lines, write_table
 
 LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}
 

@@ -1,11 +1,11 @@
 """Tokenisation, segmentation, detokenisation and length cleaning for the task recipes.
 
 usage:
-  python scripts/text_tools.py tokenize --lang L --input IN --output OUT [--workers N]
-  python scripts/text_tools.py detokenize --lang L --input IN --output OUT
-  python scripts/text_tools.py clean --src-in A --tgt-in B --src-out A2 --tgt-out B2 \
+  python -m fairseq_csan.recipes.text tokenize --lang L --input IN --output OUT [--workers N]
+  python -m fairseq_csan.recipes.text detokenize --lang L --input IN --output OUT
+  python -m fairseq_csan.recipes.text clean --src-in A --tgt-in B --src-out A2 --tgt-out B2 \
       [--max-len 250] [--ratio 1.5]
-  python scripts/text_tools.py versions        (the tools and versions, for the records)
+  python -m fairseq_csan.recipes.text versions        (the tools and versions, for the records)
 
 tokenize, by language:
   zh  jieba word segmentation (accurate mode, with its HMM for unknown words);
