@@ -40,7 +40,7 @@ setup(
         # Chinese segmentation (jieba) and Japanese segmentation (MeCab through fugashi, with
         # the UniDic-lite dictionary, all from PyPI and usable offline)
         "recipes": RECIPES,
-        # the analysis commands' plots (scripts/analysis/)
+        # the analysis commands' plots (fairseq_csan/recipes/analysis/)
         "analysis": ANALYSIS,
         # fairseq-train --tensorboard-logdir (scripts/train.sh --tensorboard DIR); installed by
         # scripts/install.sh. W&B (--wandb-project) needs `pip install wandb` besides.
