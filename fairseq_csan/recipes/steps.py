@@ -1,0 +1,245 @@
+"""Every recipe step knows what it was made from.
+
+A step (tokenising a file, learning BPE, averaging checkpoints, decoding a test set, ...) has
+input files, settings and output files. When it finishes, its stamp records the settings and a
+SHA-256 of every input and output's content. A rerun redoes a step, and says why, when its
+settings differ, an input's content changed (a corpus edited in place, a checkpoint replaced
+with its modification time kept), an output is missing or was changed by hand, or the stamp is
+missing (a step that was killed); otherwise it skips it. Nothing is reused that was built from
+other inputs. A step writes its outputs under temporary names and renames them once complete,
+so a kill at any moment leaves either the old outputs or the new ones, never half of one.
+
+Hashing a large file costs a read of it, so a stamp keeps each file's identity (device, inode,
+size, modification and change time) beside its hash, and a file whose identity is unchanged is
+not read again. The change time cannot be set by hand, and a copy (``cp -p``, ``rsync -a``) gets
+a new one, so a replaced file is always read again.
+
+Stamps live in ``STAMPS/NAME.json`` (the recipes use ``OUT/.steps/``). Shell recipes use the
+command line::
+
+    python -m fairseq_csan.recipes.steps run --stamps OUT/.steps --name tok.train.en \\
+        --in OUT/raw/train.en --out OUT/tok/train.en --set lang=en -- COMMAND ARGS...
+
+which runs COMMAND (with ``{out}`` / ``{out:N}`` in its arguments replaced by the temporary
+name of output N; ``--stdout`` sends its standard output to the first output instead) only
+when the step is not current, then renames the outputs and writes the stamp. ``--force``
+redoes it whatever the stamp says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+CHUNK = 1 << 20
+
+
+def _identity(path: Path) -> list:
+    st = path.stat()
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def fingerprint(path: Path, known: Optional[dict] = None) -> dict:
+    """{"sha256", "identity"} of a file or folder (a folder: the hash of its files' names and
+    hashes). ``known`` is an earlier fingerprint: its hash is reused when the identity matches."""
+    path = Path(path)
+    if path.is_dir():
+        h = hashlib.sha256()
+        known_files = (known or {}).get("files", {})
+        files = {}
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            rel = f.relative_to(path).as_posix()
+            files[rel] = fingerprint(f, known_files.get(rel))
+            h.update(f"{rel}\0{files[rel]['sha256']}\n".encode("utf-8"))
+        return {"sha256": h.hexdigest(), "files": files}
+    identity = _identity(path)
+    if known and known.get("identity") == identity and "sha256" in known:
+        return known
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return {"sha256": h.hexdigest(), "identity": identity}
+
+
+class Step:
+    """One step: its name, input and output paths and settings; see the module docstring."""
+
+    def __init__(self, stamps: Path, name: str, inputs: Sequence = (), outputs: Sequence = (),
+                 settings: Optional[Dict[str, str]] = None):
+        if not outputs:
+            raise ValueError(f"step {name}: no outputs")
+        self.stamp = Path(stamps) / f"{name}.json"
+        self.name = name
+        self.inputs = [Path(p) for p in inputs]
+        self.outputs = [Path(p) for p in outputs]
+        self.settings = {k: str(v) for k, v in (settings or {}).items()}
+
+    def _load(self) -> Optional[dict]:
+        try:
+            return json.loads(self.stamp.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def stale(self) -> Optional[str]:
+        """None when the outputs were made from these inputs and settings; else the reason."""
+        for p in self.inputs:
+            if not p.exists():
+                raise FileNotFoundError(f"step {self.name}: input {p} does not exist")
+        missing = [str(p) for p in self.outputs if not p.exists()]
+        if missing:
+            return f"no {missing[0]}"
+        stamp = self._load()
+        if stamp is None:
+            return "no record of what its outputs were made from (a step that did not finish)"
+        if stamp.get("settings") != self.settings:
+            old = stamp.get("settings", {})
+            diff = sorted(k for k in set(old) | set(self.settings) if old.get(k) != self.settings.get(k))
+            return "settings changed: " + ", ".join(f"{k} {old.get(k)!r} -> {self.settings.get(k)!r}" for k in diff)
+        for kind, paths in (("inputs", self.inputs), ("outputs", self.outputs)):
+            recorded = stamp.get(kind, {})
+            if sorted(recorded) != sorted(str(p) for p in paths):
+                return f"its {kind} are other files than last time"
+            for p in paths:
+                if fingerprint(p, recorded[str(p)])["sha256"] != recorded[str(p)]["sha256"]:
+                    what = "input" if kind == "inputs" else "output"
+                    return f"{what} {p} changed since the last run"
+        return None
+
+    def record(self) -> None:
+        old = self._load() or {}
+        stamp = {"settings": self.settings}
+        for kind, paths in (("inputs", self.inputs), ("outputs", self.outputs)):
+            known = old.get(kind, {})
+            stamp[kind] = {str(p): fingerprint(p, known.get(str(p))) for p in paths}
+        self.stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.stamp.with_name(self.stamp.name + ".tmp")
+        tmp.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, self.stamp)
+
+    def forget(self) -> None:
+        """Remove the stamp and the outputs (before redoing the step)."""
+        self.stamp.unlink(missing_ok=True)
+        for p in self.outputs:
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+
+    def temporary(self, path: Path) -> Path:
+        return path.with_name(path.name + ".tmp")
+
+    def commit(self) -> None:
+        """Rename every temporary output to its name, then record the stamp."""
+        for p in self.outputs:
+            tmp = self.temporary(p)
+            if not tmp.exists():
+                raise RuntimeError(f"step {self.name}: the command made no {tmp}")
+            if p.is_dir():
+                shutil.rmtree(p)
+            os.replace(tmp, p)
+        self.record()
+
+
+def _log(prefix: str, message: str) -> None:
+    print(f"[{prefix}] {message}", file=sys.stderr, flush=True)
+
+
+def run(step: Step, command: List[str], stdout: bool = False, stdin: Iterable[Path] = (),
+        force: bool = False, prefix: str = "step", what: str = "") -> bool:
+    """Run ``command`` for ``step`` unless it is current; True when it ran."""
+    what = what or step.name
+    reason = "--force" if force else step.stale()
+    if reason is None:
+        _log(prefix, f"{what}: up to date (same inputs and settings); skipped")
+        return False
+    _log(prefix, f"{what}: {'redo' if step.stamp.exists() else 'run'} ({reason})")
+    step.forget()
+    temps = [step.temporary(p) for p in step.outputs]
+    for t in temps:
+        if t.is_dir():
+            shutil.rmtree(t)
+        elif t.exists():
+            t.unlink()
+        t.parent.mkdir(parents=True, exist_ok=True)
+    argv = []
+    for word in command:
+        for i, t in enumerate(temps):
+            word = word.replace("{out:%d}" % i, str(t))
+        argv.append(word.replace("{out}", str(temps[0])))
+    out_file = open(temps[0], "wb") if stdout else None
+    try:
+        if stdin:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file)
+            try:
+                for path in stdin:
+                    with open(path, "rb") as f:
+                        shutil.copyfileobj(f, proc.stdin, CHUNK)
+            finally:
+                proc.stdin.close()
+            code = proc.wait()
+        else:
+            code = subprocess.call(argv, stdout=out_file)
+    finally:
+        if out_file:
+            out_file.close()
+    if code != 0:
+        _log(prefix, f"error: {what}: {argv[0]} exited with status {code}")
+        raise SystemExit(code if 0 < code < 126 else 1)
+    step.commit()
+    return True
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.steps", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "check", "record"):
+        s = sub.add_parser(name)
+        s.add_argument("--stamps", type=Path, required=True, help="the folder of the stamps")
+        s.add_argument("--name", required=True, help="the step's name (its stamp's file name)")
+        s.add_argument("--in", dest="inputs", type=Path, action="append", default=[], help="an input (repeat)")
+        s.add_argument("--out", dest="outputs", type=Path, action="append", default=[], help="an output (repeat)")
+        s.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+        s.add_argument("--log-prefix", default="step")
+        s.add_argument("--what", default="", help="how the log names the step")
+        if name == "run":
+            s.add_argument("--stdout", action="store_true", help="the command's standard output is the first output")
+            s.add_argument("--stdin", type=Path, action="append", default=[], help="files fed to its standard input")
+            s.add_argument("--force", action="store_true")
+            s.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    settings = {}
+    for item in args.settings:
+        if "=" not in item:
+            p.error(f"--set takes KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        settings[k] = v
+    try:
+        step = Step(args.stamps, args.name, args.inputs, args.outputs, settings)
+        if args.cmd == "check":  # exit 0 when current, 1 (with the reason) when not
+            reason = step.stale()
+            if reason:
+                print(reason)
+            raise SystemExit(1 if reason else 0)
+        if args.cmd == "record":
+            step.record()
+            return
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not command:
+            p.error("run needs a command after --")
+        run(step, command, stdout=args.stdout, stdin=args.stdin, force=args.force,
+            prefix=args.log_prefix, what=args.what)
+    except (FileNotFoundError, ValueError) as e:
+        _log(args.log_prefix, f"error: {e}")
+        raise SystemExit(2)
+
+
+if __name__ == "__main__":
+    main()

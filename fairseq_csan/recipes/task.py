@@ -1,0 +1,133 @@
+"""The prepared task folder: its one reader and writer.
+
+``examples/<task>/prepare.sh`` makes a folder that every later command reads::
+
+    recipe.env     what was prepared (KEY=VALUE lines): task, src, tgt, merges, joint_bpe,
+                   clean_max_len, clean_ratio
+    tools.txt      the versions of the tokenisers and subword-nmt that made it
+    raw/           {train,valid,test}.{src,tgt}: the gathered corpora (the references of sacreBLEU)
+    tok/           the same, tokenised (test.tgt is the reference of tokenised BLEU)
+    bpe/           codes (joint BPE) or codes.LANG, and the segmented files
+    data-bin/      fairseq-preprocess's output: dict.LANG.txt and the binarised splits
+    .steps/        what each file was made from (fairseq_csan.recipes.steps)
+
+Python code uses :class:`PreparedTask`; shell recipes use the command line::
+
+    python -m fairseq_csan.recipes.task get DIR src tgt    # one value per line
+    python -m fairseq_csan.recipes.task check DIR           # exit 2 with a message if not a task
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Dict
+
+FIELDS = ("task", "src", "tgt", "merges", "joint_bpe", "clean_max_len", "clean_ratio")
+
+
+class NotATask(Exception):
+    pass
+
+
+class PreparedTask:
+    def __init__(self, root: Path, settings: Dict[str, str]):
+        self.root = Path(root)
+        self.settings = dict(settings)
+
+    # -- reading -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, root) -> "PreparedTask":
+        root = Path(root)
+        env = root / "recipe.env"
+        if not env.is_file() or not (root / "data-bin").is_dir():
+            raise NotATask(f"{root} is not a prepared task folder (no recipe.env or data-bin/; "
+                           "make one with examples/<task>/prepare.sh)")
+        settings = read_settings(env)
+        for key in ("task", "src", "tgt"):
+            if not settings.get(key):
+                raise NotATask(f"{env} names no {key} (prepare {root} again with examples/<task>/prepare.sh)")
+        return cls(root, settings)
+
+    def __getattr__(self, key):
+        if key in FIELDS:
+            return self.settings.get(key, "")
+        raise AttributeError(key)
+
+    @property
+    def data_bin(self) -> Path:
+        return self.root / "data-bin"
+
+    @property
+    def joint(self) -> bool:
+        return self.settings.get("joint_bpe", "1") == "1"
+
+    def codes(self, lang: str) -> Path:
+        """The BPE codes that segment ``lang``."""
+        return self.root / "bpe" / ("codes" if self.joint else f"codes.{lang}")
+
+    def raw(self, split: str, lang: str) -> Path:
+        return self.root / "raw" / f"{split}.{lang}"
+
+    def tok(self, split: str, lang: str) -> Path:
+        return self.root / "tok" / f"{split}.{lang}"
+
+    @property
+    def stamps(self) -> Path:
+        return self.root / ".steps"
+
+    # -- writing -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, root, settings: Dict[str, str], force: bool = False) -> "PreparedTask":
+        """Write recipe.env; a folder prepared with other settings is refused unless ``force``."""
+        root = Path(root)
+        unknown = set(settings) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"unknown task settings {sorted(unknown)}; known: {', '.join(FIELDS)}")
+        env = root / "recipe.env"
+        settings = {k: str(settings[k]) for k in FIELDS if k in settings}
+        if env.is_file() and not force and read_settings(env) != settings:
+            raise NotATask(f"{root} was prepared with other settings (see {env}); use --force to redo it "
+                           "or another --out")
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = env.with_name(env.name + ".tmp")
+        tmp.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
+        os.replace(tmp, env)
+        return cls(root, settings)
+
+
+def read_settings(path: Path) -> Dict[str, str]:
+    text = Path(path).read_text(encoding="utf-8")
+    return dict(line.split("=", 1) for line in text.split("\n") if "=" in line)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.task", description="Read a prepared task folder.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("get", help="print the named values, one per line (task, src, tgt, codes.LANG, ...)")
+    g.add_argument("folder", type=Path)
+    g.add_argument("keys", nargs="+")
+    c = sub.add_parser("check", help="exit 2 with a message unless FOLDER is a prepared task")
+    c.add_argument("folder", type=Path)
+    args = p.parse_args(argv)
+    try:
+        task = PreparedTask.open(args.folder)
+    except NotATask as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    if args.cmd == "get":
+        for key in args.keys:
+            if key.startswith("codes."):
+                print(task.codes(key.split(".", 1)[1]))
+            elif key == "data_bin":
+                print(task.data_bin)
+            elif key in FIELDS:
+                print(task.settings.get(key, ""))
+            else:
+                p.error(f"unknown key {key!r}; known: {', '.join(FIELDS)}, data_bin, codes.LANG")
+
+
+if __name__ == "__main__":
+    main()
