@@ -24,7 +24,7 @@ def test_sgm_and_aspec_readers(tmp_path):
     assert corpora.read_side(tmp_path / "train-1.txt", 3) == ["日本 語", "文"]
     assert corpora.read_side(tmp_path / "train-1.txt", 4) == ["Japanese", "A sentence"]
     write(tmp_path / "bad.txt", ["D1 ||| 1 ||| only three"])
-    with pytest.raises(SystemExit, match="bad.txt:1: expected at least 4"):
+    with pytest.raises(corpora.Missing, match="bad.txt:1: expected at least 4"):
         corpora.read_side(tmp_path / "bad.txt", 3)
 
 

@@ -118,12 +118,25 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
     assert all(line.endswith("skipped") for line in steps)
     assert "learn 400" not in again.stderr and "fairseq-preprocess" not in again.stderr
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    # an input newer than its outputs: the steps after it are redone, the ones before are not
-    os.utime(out / "tok/train.clean.de")
-    again = prepare("wmt14_en_de", ende["raw"], out)
-    assert "3/6 clean: " in again.stderr and "up to date; skipped" in again.stderr
-    assert "4/6 learn 400 joint BPE merges" in again.stderr and "6/6 binarise with fairseq-preprocess" in again.stderr
-    assert "5/6 apply BPE to valid.en" in again.stderr
+    # a changed raw file (edited in place, its modification time kept): exactly the steps after
+    # it are redone, each saying why; the others are skipped
+    sgm = ende["raw"] / "test-full/newstest2014-deen-ref.de.sgm"
+    original = sgm.read_bytes()
+    st = sgm.stat()
+    sgm.write_bytes(original.replace(b"<seg id=\"1\">", b"<seg id=\"1\">Neu ", 1))
+    os.utime(sgm, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        again = prepare("wmt14_en_de", ende["raw"], out)
+        redone = [line.split("] ")[1].split(" (")[0] for line in again.stderr.splitlines()
+                  if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line) and not line.endswith("skipped")]
+        assert redone == ["1/6 gather test from " + str(ende["raw"]), "2/6 tokenise test.de", "5/6 apply BPE to test.de",
+                          "6/6 binarise with fairseq-preprocess"], again.stderr
+        assert f"input {sgm} changed since the last run" in again.stderr
+        assert lines(out / "raw/test.de")[0].startswith("Neu ")
+    finally:
+        sgm.write_bytes(original)
+        restored = prepare("wmt14_en_de", ende["raw"], out)
+    assert not lines(out / "raw/test.de")[0].startswith("Neu ") and "6/6 binarise with" in restored.stderr
 
 
 def test_ende_other_settings_are_refused(ende):

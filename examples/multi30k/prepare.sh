@@ -5,10 +5,8 @@
 # data/multi30k_raw (where the README unpacks them), or from --raw-dir (or $MULTI30K).
 # See examples/multi30k/README.md; --help lists the options.
 set -euo pipefail
-TASK=multi30k_en_de SRC=en TGT=de RAW_ENV=MULTI30K
-JOINT_BPE=1    # one BPE model and one dictionary for English and German
-CLEAN_RATIO=1.5
-DEFAULT_RAW=data/multi30k_raw
-DEFAULT_MERGES=8000 DEFAULT_MERGES_WHY=", for 29K training pairs"
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/prepare_lib.sh"
-prepare_main "$@"
+# the task's settings: one BPE model and one dictionary for English and German;
+# 8000 merges for 29K pairs
+# (the steps, and the commands they run, are printed as they run; --help lists the options)
+exec python -m fairseq_csan.recipes.prepare multi30k_en_de --joint-bpe 1 --clean-ratio 1.5 \
+  --default-raw data/multi30k_raw --default-merges 8000 --default-merges-why ", for 29K training pairs" "$@"

@@ -4,8 +4,7 @@
 # of the Japanese (fugashi + UniDic-lite), Moses tokenisation of the English, 32K BPE merges
 # per language, two dictionaries. See examples/wat17_ja_en/README.md.
 set -euo pipefail
-TASK=wat17_ja_en SRC=ja TGT=en RAW_ENV=ASPEC_JE
-JOINT_BPE=0    # different scripts: one BPE model and one dictionary per language
-CLEAN_RATIO=9  # clean-corpus-n.perl's default: MeCab words and English words differ in count
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/prepare_lib.sh"
-prepare_main "$@"
+# the task's settings: different scripts: one BPE model and one dictionary per language;
+# clean-corpus-n.perl's default ratio 9: MeCab words and English words differ in count
+# (the steps, and the commands they run, are printed as they run; --help lists the options)
+exec python -m fairseq_csan.recipes.prepare wat17_ja_en --joint-bpe 0 --clean-ratio 9 "$@"

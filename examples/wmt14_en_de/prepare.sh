@@ -5,8 +5,6 @@
 # Every corpus is public and downloads from statmt.org unless --raw-dir (or $WMT14_RAW)
 # already holds it. See examples/wmt14_en_de/README.md; --help lists the options.
 set -euo pipefail
-TASK=wmt14_en_de SRC=en TGT=de RAW_ENV=WMT14_RAW
-JOINT_BPE=1    # one BPE model and one dictionary for English and German
-CLEAN_RATIO=1.5
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/prepare_lib.sh"
-prepare_main "$@"
+# the task's settings: one BPE model and one dictionary for English and German
+# (the steps, and the commands they run, are printed as they run; --help lists the options)
+exec python -m fairseq_csan.recipes.prepare wmt14_en_de --joint-bpe 1 --clean-ratio 1.5 "$@"

@@ -5,8 +5,7 @@
 # News Commentary and the dev/test sets download from statmt.org; the UN and CWMT corpora
 # must be placed in --raw-dir (or $WMT17_RAW) by hand. See examples/wmt17_zh_en/README.md.
 set -euo pipefail
-TASK=wmt17_zh_en SRC=zh TGT=en RAW_ENV=WMT17_RAW
-JOINT_BPE=0    # different scripts: one BPE model and one dictionary per language
-CLEAN_RATIO=9  # clean-corpus-n.perl's default: jieba words and English words differ in count
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/prepare_lib.sh"
-prepare_main "$@"
+# the task's settings: different scripts: one BPE model and one dictionary per language;
+# clean-corpus-n.perl's default ratio 9: jieba words and English words differ in count
+# (the steps, and the commands they run, are printed as they run; --help lists the options)
+exec python -m fairseq_csan.recipes.prepare wmt17_zh_en --joint-bpe 0 --clean-ratio 9 "$@"

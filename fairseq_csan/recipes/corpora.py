@@ -209,26 +209,42 @@ def clean_line(line: str) -> str:
     return " ".join(line.split())
 
 
-def read_side(path: Path, column: Optional[int] = None) -> List[str]:
-    """The segments of one side: a plain text file, a WMT SGM file or an ASPEC column."""
-    with open(path, encoding="utf-8", errors="strict", newline="\n") as f:
-        if path.suffix == ".sgm":
-            # as sacreBLEU reads SGM: the text between the <seg> tags, not unescaped
-            return [clean_line(m.group(1)) for line in f if (m := SEG.search(line))]
-        if column is None:
-            return [clean_line(line) for line in f]
-        out = []
-        for number, line in enumerate(f, 1):
-            parts = line.rstrip("\n").split(" ||| ")
-            if len(parts) <= column:
-                raise SystemExit(f"corpora: {path}:{number}: expected at least {column + 1} "
-                                 f"' ||| '-separated fields, found {len(parts)}")
-            out.append(clean_line(parts[column]))
-        return out
-
-
 class Missing(Exception):
     pass
+
+
+def text_lines(path: Path):
+    """The lines of a UTF-8 file, split at "\\n" only (a "\\r", form feed or Unicode line
+    separator inside a line stays inside it), a byte-order mark at its start removed; an
+    undecodable byte stops with the file and line named."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise Missing(f"{path}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at column "
+                              f"{error.start + 1}); convert the file to UTF-8") from None
+            if number == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            yield line[:-1] if line.endswith("\n") else line
+
+
+def read_side(path: Path, column: Optional[int] = None) -> List[str]:
+    """The segments of one side: a plain text file, a WMT SGM file or an ASPEC column."""
+    lines = text_lines(path)
+    if path.suffix == ".sgm":
+        # as sacreBLEU reads SGM: the text between the <seg> tags, not unescaped
+        return [clean_line(m.group(1)) for line in lines if (m := SEG.search(line))]
+    if column is None:
+        return [clean_line(line) for line in lines]
+    out = []
+    for number, line in enumerate(lines, 1):
+        parts = line.split(" ||| ")
+        if len(parts) <= column:
+            raise Missing(f"{path}:{number}: expected at least {column + 1} "
+                          f"' ||| '-separated fields, found {len(parts)}")
+        out.append(clean_line(parts[column]))
+    return out
 
 
 def find_layout(corpus: Corpus, raw: Path, langs) -> Optional[Dict[str, Path]]:
@@ -245,6 +261,12 @@ def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
     else:
         wanted = " or ".join(" + ".join(str(raw / layout[lang]) for lang in langs) for layout in corpus.layouts)
     lines = [f"{task_name}: missing {corpus.name}: expected {wanted}."]
+    for layout in corpus.layouts:
+        present = [lang for lang in langs if (raw / layout[lang]).is_file()]
+        if len(present) == 1:
+            other = langs[1 - langs.index(present[0])]
+            lines.insert(0, f"{task_name}: {corpus.name}: found the {present[0]} side "
+                            f"{raw / layout[present[0]]} but not the {other} side {raw / layout[other]}")
     if corpus.url:
         lines.append(f"  It comes in {corpus.archive} from {corpus.url}; put the archive or the "
                      f"extracted files in {raw}, or run without --no-download to fetch it.")
@@ -315,40 +337,53 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
     return [found]
 
 
+def locate_split(task_name: str, split: str, raw: Path, allow_download=True):
+    """[(corpus, {lang: file})] of one split, in order; downloads and extracts what is missing."""
+    task = TASKS[task_name]
+    langs = (task.src, task.tgt)
+    return [(corpus, files) for corpus in task.splits[split]
+            for files in locate(task_name, corpus, raw, langs, allow_download)]
+
+
+def write_split(task_name: str, split: str, located, targets: Dict[str, Path]) -> int:
+    """Write the split's two sides (every corpus concatenated) to ``targets``; the pair count."""
+    task = TASKS[task_name]
+    langs = (task.src, task.tgt)
+    total = 0
+    with open(targets[langs[0]], "w", encoding="utf-8", newline="\n") as out_src, \
+            open(targets[langs[1]], "w", encoding="utf-8", newline="\n") as out_tgt:
+        for corpus, files in located:
+            sides = {lang: read_side(files[lang], corpus.fields[lang] if corpus.fields else None) for lang in langs}
+            if len(sides[langs[0]]) != len(sides[langs[1]]):
+                raise Missing(f"{task_name}: {corpus.name} is not line-aligned: "
+                              f"{files[langs[0]]} has {len(sides[langs[0]])} segments, "
+                              f"{files[langs[1]]} has {len(sides[langs[1]])}")
+            out_src.writelines(line + "\n" for line in sides[langs[0]])
+            out_tgt.writelines(line + "\n" for line in sides[langs[1]])
+            total += len(sides[langs[0]])
+            print(f"[corpora] {split}: {corpus.name} ({files[langs[0]].name}): "
+                  f"{len(sides[langs[0]]):,} pairs", file=sys.stderr)
+    return total
+
+
 def gather(task_name: str, raw: Path, out: Path, allow_download=True, force=False):
     task = TASKS[task_name]
     langs = (task.src, task.tgt)
     out.mkdir(parents=True, exist_ok=True)
-    for split, corpora in task.splits.items():
+    for split in task.splits:
         targets = {lang: out / f"{split}.{lang}" for lang in langs}
         if all(p.is_file() for p in targets.values()) and not force:
             print(f"[corpora] {split}: {targets[langs[0]].name} and {targets[langs[1]].name} exist; kept",
                   file=sys.stderr)
             continue
         parts = {lang: out / f"{split}.{lang}.tmp" for lang in langs}
-        handles = {lang: open(p, "w", encoding="utf-8", newline="\n") for lang, p in parts.items()}
-        total = 0
         try:
-            for corpus in corpora:
-                for files in locate(task_name, corpus, raw, langs, allow_download):
-                    sides = {lang: read_side(files[lang], corpus.fields[lang] if corpus.fields else None)
-                             for lang in langs}
-                    if len(sides[langs[0]]) != len(sides[langs[1]]):
-                        raise Missing(f"{task_name}: {corpus.name} is not line-aligned: "
-                                      f"{files[langs[0]]} has {len(sides[langs[0]])} segments, "
-                                      f"{files[langs[1]]} has {len(sides[langs[1]])}")
-                    for lang in langs:
-                        handles[lang].writelines(line + "\n" for line in sides[lang])
-                    total += len(sides[langs[0]])
-                    print(f"[corpora] {split}: {corpus.name} ({files[langs[0]].name}): "
-                          f"{len(sides[langs[0]]):,} pairs", file=sys.stderr)
+            total = write_split(task_name, split, locate_split(task_name, split, raw, allow_download), parts)
         except BaseException:
-            for lang in langs:
-                handles[lang].close()
-                parts[lang].unlink(missing_ok=True)
+            for p in parts.values():
+                p.unlink(missing_ok=True)
             raise
         for lang in langs:
-            handles[lang].close()
             os.replace(parts[lang], targets[lang])
         print(f"[corpora] {split}: {total:,} pairs in {targets[langs[0]]} / {targets[langs[1]].name}",
               file=sys.stderr)

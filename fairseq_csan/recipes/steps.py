@@ -32,11 +32,12 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 CHUNK = 1 << 20
 
@@ -152,15 +153,16 @@ def _log(prefix: str, message: str) -> None:
     print(f"[{prefix}] {message}", file=sys.stderr, flush=True)
 
 
-def run(step: Step, command: List[str], stdout: bool = False, stdin: Iterable[Path] = (),
-        force: bool = False, prefix: str = "step", what: str = "") -> bool:
-    """Run ``command`` for ``step`` unless it is current; True when it ran."""
+def make(step: Step, action: Callable[[List[Path]], None], force: bool = False, prefix: str = "step",
+         what: str = "", short: str = "") -> bool:
+    """Unless ``step`` is current, run ``action(temporary output paths)`` and commit the outputs;
+    True when it ran. The log line says why it ran, or that it was skipped."""
     what = what or step.name
     reason = "--force" if force else step.stale()
     if reason is None:
-        _log(prefix, f"{what}: up to date (same inputs and settings); skipped")
+        _log(prefix, f"{short or what}: up to date; skipped")
         return False
-    _log(prefix, f"{what}: {'redo' if step.stamp.exists() else 'run'} ({reason})")
+    _log(prefix, f"{what} ({'redone: ' if step.stamp.exists() else ''}{reason})")
     step.forget()
     temps = [step.temporary(p) for p in step.outputs]
     for t in temps:
@@ -169,15 +171,31 @@ def run(step: Step, command: List[str], stdout: bool = False, stdin: Iterable[Pa
         elif t.exists():
             t.unlink()
         t.parent.mkdir(parents=True, exist_ok=True)
-    argv = []
-    for word in command:
-        for i, t in enumerate(temps):
-            word = word.replace("{out:%d}" % i, str(t))
-        argv.append(word.replace("{out}", str(temps[0])))
-    out_file = open(temps[0], "wb") if stdout else None
+    action(temps)
+    step.commit()
+    return True
+
+
+def shell_words(argv: Sequence) -> str:
+    """A command as one line that can be pasted into a shell."""
+    return " ".join(shlex.quote(str(w)) for w in argv)
+
+
+def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = (), prefix: str = "step") -> None:
+    """Run a command (logged as a shell line), its output to ``stdout`` and ``stdin`` files fed
+    to its input; a failure stops the recipe with the command's status."""
+    argv = [str(w) for w in argv]
+    stdin = list(stdin)
+    shown = shell_words(argv)
+    if stdin:
+        shown = f"cat {shell_words(stdin)} | {shown}"
+    if stdout:
+        shown += f" > {shlex.quote(str(stdout))}"
+    _log(prefix, f"  $ {shown}")
+    out_file = open(stdout, "wb") if stdout else None
     try:
         if stdin:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file)
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file or sys.stderr)
             try:
                 for path in stdin:
                     with open(path, "rb") as f:
@@ -186,15 +204,28 @@ def run(step: Step, command: List[str], stdout: bool = False, stdin: Iterable[Pa
                 proc.stdin.close()
             code = proc.wait()
         else:
-            code = subprocess.call(argv, stdout=out_file)
+            code = subprocess.call(argv, stdout=out_file or sys.stderr)  # logs go to stderr
     finally:
         if out_file:
             out_file.close()
     if code != 0:
-        _log(prefix, f"error: {what}: {argv[0]} exited with status {code}")
+        _log(prefix, f"error: {argv[0]} exited with status {code}")
         raise SystemExit(code if 0 < code < 126 else 1)
-    step.commit()
-    return True
+
+
+def run(step: Step, command: List[str], stdout: bool = False, stdin: Iterable[Path] = (),
+        force: bool = False, prefix: str = "step", what: str = "", short: str = "") -> bool:
+    """Run ``command`` for ``step`` unless it is current ({out}, {out:N} name the temporary outputs)."""
+
+    def action(temps):
+        argv = []
+        for word in command:
+            for i, t in enumerate(temps):
+                word = word.replace("{out:%d}" % i, str(t))
+            argv.append(word.replace("{out}", str(temps[0])))
+        call(argv, stdout=temps[0] if stdout else None, stdin=stdin, prefix=prefix)
+
+    return make(step, action, force=force, prefix=prefix, what=what, short=short)
 
 
 def main(argv=None) -> None:

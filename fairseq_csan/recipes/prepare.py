@@ -1,0 +1,189 @@
+"""Prepare a task: raw corpora -> tokenised -> cleaned -> BPE -> fairseq-preprocess.
+
+``examples/<task>/prepare.sh`` runs this with the task's settings (joint BPE or not, the
+cleaning ratio, the default merges); see docs/recipes.md. The steps, each recorded in
+``OUT/.steps/`` with the settings and content hashes it was made from (steps.py), so that a
+rerun skips what is current and redoes, saying why, what was made from other inputs::
+
+  1 gather   raw corpora -> OUT/raw/{train,valid,test}.{SRC,TGT}           (corpora.py)
+  2 tokenise Moses (en, de), jieba (zh), MeCab (ja) -> OUT/tok/            (text.py)
+  3 clean    training pairs: empty, > --clean-max-len tokens, ratio > --clean-ratio
+  4 BPE      subword-nmt learn-bpe -> OUT/bpe/codes (joint) or codes.LANG
+  5 BPE      subword-nmt apply-bpe to train, valid and test -> OUT/bpe/
+  6 binarise fairseq-preprocess -> OUT/data-bin
+
+The task's settings are kept in OUT/recipe.env (task.py); a rerun with other settings into the
+same OUT is refused unless --force, which deletes every output of this command (never the
+downloads) first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from . import corpora, text
+from .steps import Step, call, make, run
+from .task import NotATask, PreparedTask
+
+SPLITS = ("train", "valid", "test")
+
+
+TOKENIZER_PACKAGE = {"zh": "jieba", "ja": "fugashi"}  # the rest: sacremoses (text.py)
+
+
+def parse(argv=None):
+    # the task's settings, given by examples/<task>/prepare.sh before the user's arguments
+    task_args = argparse.ArgumentParser(add_help=False)
+    task_args.add_argument("task", choices=sorted(corpora.TASKS), help=argparse.SUPPRESS)
+    task_args.add_argument("--joint-bpe", type=int, choices=(0, 1), required=True, help=argparse.SUPPRESS)
+    task_args.add_argument("--clean-ratio", type=float, required=True, help=argparse.SUPPRESS)
+    task_args.add_argument("--clean-max-len", type=int, default=250, help=argparse.SUPPRESS)
+    task_args.add_argument("--default-merges", type=int, default=32000, help=argparse.SUPPRESS)
+    task_args.add_argument("--default-merges-why", default=", as the papers", help=argparse.SUPPRESS)
+    task_args.add_argument("--default-raw", type=Path, help=argparse.SUPPRESS)
+    known, _ = task_args.parse_known_args(argv)
+    spec = corpora.TASKS[known.task]
+    p = argparse.ArgumentParser(prog=f"prepare.sh ({known.task})",
+                                parents=[task_args], description="Prepare the task's corpora for fairseq (docs/recipes.md).")
+    default_raw = f"${spec.raw_env} if set, else {known.default_raw or 'OUT/downloads'}"
+    p.add_argument("--raw-dir", type=Path, metavar="DIR",
+                   help=f"folder holding the raw corpora, or receiving the downloads (default: {default_raw})")
+    p.add_argument("--out", type=Path, metavar="DIR", help=f"output folder (default: data/{known.task})")
+    p.add_argument("--merges", type=int, metavar="N",
+                   help=f"BPE merge operations (default: {known.default_merges}{known.default_merges_why})")
+    p.add_argument("--workers", type=int, metavar="N", default=os.cpu_count() or 4,
+                   help="processes for tokenisation, BPE and binarisation (default: all cores)")
+    p.add_argument("--no-download", action="store_true", help="never download; stop with a message when a corpus is missing")
+    p.add_argument("--force", action="store_true",
+                   help="delete this command's outputs in OUT (not the downloads) and redo every step")
+    p.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
+    args = p.parse_args(argv)
+    for name in ("merges", "workers"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name} must be a positive integer, got {value}")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    name = args.task
+    spec = corpora.TASKS[name]
+    src, tgt = spec.src, spec.tgt
+    prefix = f"prepare {name}"
+
+    def log(message):
+        print(f"[{prefix}] {message}", file=sys.stderr, flush=True)
+
+    def die(message):
+        log(f"error: {message}")
+        raise SystemExit(2)
+
+    if args.list:
+        print(corpora.listing(name))
+        return
+    out = args.out or Path("data") / name
+    raw = args.raw_dir or (Path(os.environ[spec.raw_env]) if os.environ.get(spec.raw_env) else None) \
+        or args.default_raw or out / "downloads"
+    merges = args.merges or args.default_merges
+    # tools, checked before any work
+    for tool in ("fairseq-preprocess", "subword-nmt"):
+        if shutil.which(tool) is None:
+            die(f"{tool} not found: install the project with bash scripts/install.sh")
+    for lang in (src, tgt):
+        module = TOKENIZER_PACKAGE.get(lang, "sacremoses")
+        try:
+            __import__(module)
+        except ImportError:
+            die(f"python module '{module}' (for {lang}) not found: pip install -e '.[recipes]' from the repository")
+
+    settings = {"task": name, "src": src, "tgt": tgt, "merges": merges, "joint_bpe": args.joint_bpe,
+                "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}"}
+    if args.force and out.exists():
+        log(f"--force: removing {out}/raw, tok, bpe, data-bin and .steps")
+        for sub in ("raw", "tok", "bpe", "data-bin", "data-bin.tmp", ".steps"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    try:
+        task = PreparedTask.create(out, settings, force=args.force)
+    except NotATask as e:
+        die(str(e))
+    tools = text.versions()
+    (out / "tools.txt").write_text("".join(f"{k}\t{v}\n" for k, v in tools.items()), encoding="utf-8")
+    stamps, workers, started = task.stamps, args.workers, time.time()
+
+    def step(label, short, step_name, inputs, outputs, action, **settings_):
+        return make(Step(stamps, step_name, inputs, outputs, settings_), action, prefix=prefix, what=label, short=short)
+
+    # 1 gather
+    try:
+        for split in SPLITS:
+            located = corpora.locate_split(name, split, raw, allow_download=not args.no_download)
+            inputs = [f for _, files in located for f in files.values()]
+            step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}", inputs, [task.raw(split, src), task.raw(split, tgt)],
+                 lambda temps, located=located, split=split: corpora.write_split(
+                     name, split, located, {src: temps[0], tgt: temps[1]}),
+                 task=name)
+    except corpora.Missing as e:
+        die(str(e))
+
+    # 2 tokenise (the tools' versions are a setting: another tokeniser version redoes it)
+    for split in SPLITS:
+        for lang in (src, tgt):
+            module = TOKENIZER_PACKAGE.get(lang, "sacremoses")
+            step(f"2/6 tokenise {split}.{lang}", f"2/6 tokenise {split}.{lang}", f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
+                 lambda temps, lang=lang, split=split: text.tokenize_file(lang, task.raw(split, lang), temps[0], workers),
+                 lang=lang, tokenizer=f"{module} {tools.get(module, tools.get('sacremoses'))}")
+
+    # 3 clean the training pairs
+    clean = [task.root / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
+    step(f"3/6 clean training pairs (1..{args.clean_max_len} tokens, ratio <= {args.clean_ratio:g})", "3/6 clean", "clean",
+         [task.tok("train", src), task.tok("train", tgt)], clean,
+         lambda temps: text.clean_pair(task.tok("train", src), task.tok("train", tgt), temps[0], temps[1],
+                                       args.clean_max_len, args.clean_ratio),
+         max_len=args.clean_max_len, ratio=args.clean_ratio)
+
+    # 4 learn BPE: one joint model, or one per language
+    bpe_version = tools.get("subword-nmt")
+    learn = [((src, tgt), task.codes(src))] if task.joint else [((lang,), task.codes(lang)) for lang in (src, tgt)]
+    for langs, codes in learn:
+        inputs = [task.root / "tok" / f"train.clean.{lang}" for lang in langs]
+        run(Step(stamps, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], {"merges": merges, "subword-nmt": bpe_version}),
+            ["subword-nmt", "learn-bpe", "-s", str(merges)], stdout=True, stdin=inputs, prefix=prefix,
+            what=f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} "
+                 "(subword-nmt; long on the full corpus)", short=f"4/6 BPE: {codes}")
+
+    # 5 apply BPE
+    for split in SPLITS:
+        for lang in (src, tgt):
+            source = clean[(src, tgt).index(lang)] if split == "train" else task.tok(split, lang)
+            target = task.root / "bpe" / f"{split}.{lang}"
+            run(Step(stamps, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target], {"subword-nmt": bpe_version}),
+                ["subword-nmt", "apply-bpe", "-c", str(task.codes(lang)), "--num-workers", str(workers),
+                 "--input", str(source), "--output", "{out}"], prefix=prefix, what=f"5/6 apply BPE to {split}.{lang}",
+                short=f"5/6 apply BPE: {target}")
+
+    # 6 binarise
+    bpe_files = [task.root / "bpe" / f"{split}.{lang}" for split in SPLITS for lang in (src, tgt)]
+    joined = ["--joined-dictionary"] if task.joint else []
+
+    def binarise(temps):
+        call(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
+              "--trainpref", task.root / "bpe/train", "--validpref", task.root / "bpe/valid",
+              "--testpref", task.root / "bpe/test", "--destdir", temps[0], *joined, "--workers", workers],
+             prefix=prefix)
+
+    step("6/6 binarise with fairseq-preprocess", "6/6 binarise", "binarise", bpe_files, [task.data_bin], binarise,
+         joined=bool(joined), src=src, tgt=tgt)
+
+    count = sum(1 for _ in open(clean[0], "rb"))
+    log(f"done in {time.time() - started:.0f}s: {count} training pairs")
+    log(f"binarised data: {task.data_bin}; train with scripts/train.sh --data {out} --arch ARCH --save-dir DIR")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""fairseq_csan.recipes.prepare (examples/<task>/prepare.sh) under changed and bad input:
+nothing stale, nothing misaligned, early errors naming the file and line."""
+
+import pytest
+
+from conftest import shared_corpus
+from recipe_helpers import lines, run
+
+pytestmark = pytest.mark.slow
+
+FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+
+
+def raw_folder(folder, n_train=300, n_eval=20):
+    m30k = shared_corpus("multi30k_en_de")
+    for split, name in FILES.items():
+        n = n_train if split == "train" else n_eval
+        for lang in ("en", "de"):
+            (folder / f"{name}.{lang}").parent.mkdir(parents=True, exist_ok=True)
+            (folder / f"{name}.{lang}").write_bytes(b"".join(open(m30k / f"{name}.{lang}", "rb").readlines()[:n]))
+    return folder
+
+
+def prepare(raw, out, check=True):
+    return run(["bash", "examples/multi30k/prepare.sh", "--raw-dir", raw, "--out", out, "--merges", 100,
+                "--workers", 1], check=check)
+
+
+def test_another_raw_folder_into_the_same_out_is_prepared_again(tmp_path):
+    out = tmp_path / "out"
+    prepare(raw_folder(tmp_path / "small", 300), out)
+    assert len(lines(out / "raw/train.en")) == 300
+    again = prepare(raw_folder(tmp_path / "large", 600), out)
+    assert "1/6 gather train from" in again.stderr and "inputs are other files than last time" in again.stderr
+    assert len(lines(out / "raw/train.en")) == 600
+    assert len(lines(out / "bpe/train.en")) == len(lines(out / "tok/train.clean.en")) > 300
+
+
+def test_byte_order_marks_and_odd_line_breaks_keep_every_line(tmp_path):
+    raw = raw_folder(tmp_path / "raw")
+    ref = raw / "test_2016_flickr.de"
+    rows = ref.read_bytes().split(b"\n")
+    # a BOM, and inside lines a carriage return, a form feed, NEL and the Unicode line separator
+    rows[0] = b"\xef\xbb\xbf" + rows[0]
+    for i, odd in enumerate(("\r", "\f", "\x85", "\u2028"), 1):
+        rows[i] = rows[i] + f" zwei{odd}drei".encode("utf-8")
+    ref.write_bytes(b"\n".join(rows))
+    out = tmp_path / "out"
+    prepare(raw, out)
+    gathered = (out / "raw/test.de").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(gathered) == 20 == len(lines(out / "tok/test.de")) == len(lines(out / "bpe/test.de"))
+    assert not gathered[0].startswith("\ufeff") and gathered[0] == " ".join(rows[0][3:].decode().split())
+    assert all(gathered[i].endswith(" zwei drei") for i in range(1, 5))
+
+
+def test_undecodable_bytes_are_named_by_file_and_line_before_any_work(tmp_path):
+    raw = raw_folder(tmp_path / "raw")
+    rows = (raw / "val.en").read_bytes().split(b"\n")
+    rows[6] = rows[6] + b" \xff"
+    (raw / "val.en").write_bytes(b"\n".join(rows))
+    done = prepare(raw, tmp_path / "out", check=False)
+    assert done.returncode == 2
+    assert f"{raw / 'val.en'}:7: not UTF-8 (byte 0xff" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out/tok").exists()
+
+
+def test_a_missing_side_is_named(tmp_path):
+    raw = raw_folder(tmp_path / "raw")
+    (raw / "val.de").unlink()
+    done = prepare(raw, tmp_path / "out", check=False)
+    assert done.returncode == 2
+    assert f"found the en side {raw / 'val.en'} but not the de side {raw / 'val.de'}" in done.stderr
