@@ -3,7 +3,7 @@ nothing stale, nothing misaligned, early errors naming the file and line."""
 
 import pytest
 
-from conftest import shared_corpus
+from conftest import REPO, shared_corpus
 from recipe_helpers import lines, run
 
 pytestmark = pytest.mark.slow
@@ -70,3 +70,51 @@ def test_a_missing_side_is_named(tmp_path):
     done = prepare(raw, tmp_path / "out", check=False)
     assert done.returncode == 2
     assert f"found the en side {raw / 'val.en'} but not the de side {raw / 'val.de'}" in done.stderr
+
+
+def outputs(out):
+    """The content of every output (the steps' records, the tool versions and fairseq's own log,
+    which carries times, aside)."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and ".steps" not in p.parts and p.name not in ("tools.txt", "preprocess.log")}
+
+
+@pytest.mark.parametrize("whom", ["group", "parent"])
+def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(tmp_path, whom):
+    """SIGKILL on the whole process group, or on the recipe's own process alone (its commands
+    then die with it), at random moments; the rerun's outputs equal an uninterrupted run's."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    raw = raw_folder(tmp_path / "raw", n_train=1500, n_eval=50)
+    reference = tmp_path / "reference"
+    started = time.time()
+    prepare(raw, reference)
+    duration = time.time() - started
+    expected = outputs(reference)
+    assert any(k.startswith("data-bin/") for k in expected)
+
+    out = tmp_path / "out"
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    rng = random.Random(f"{whom}-kill")
+    delays = sorted(rng.uniform(0.3, duration) for _ in range(3))
+    for delay in delays:
+        proc = subprocess.Popen(["bash", "examples/multi30k/prepare.sh", "--raw-dir", str(raw), "--out", str(out),
+                                 "--merges", "100", "--workers", "1"], cwd=str(REPO), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(delay)
+        if whom == "group":
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            proc.kill()
+        proc.wait()
+    time.sleep(0.5)  # the killed commands' own ends
+    prepare(raw, out)
+    assert outputs(out) == expected, f"killed after {delays} s"

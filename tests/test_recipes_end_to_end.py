@@ -190,8 +190,8 @@ def test_ende_evaluate_with_bootstrap_and_table(ende):
     # a second evaluation of the same checkpoints and settings keeps the average and the decoding
     stamps = [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")]
     again = evaluate(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
-    assert "averaged.pt (the same checkpoints) exists; kept" in again.stderr
-    assert "generate.txt (the same model and settings) exists; kept" in again.stderr
+    assert "averaged.pt (the same checkpoints): up to date; skipped" in again.stderr
+    assert "generate.txt (the same model and settings): up to date; skipped" in again.stderr
     assert [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")] == stamps
     # other settings in the same folder: refused, then redone with --force
     other = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoints", work / "ck_base",
@@ -200,6 +200,55 @@ def test_ende_evaluate_with_bootstrap_and_table(ende):
     redone = evaluate(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force")
     assert "1/3 averaging the last 2" in redone.stderr and re.search(r"2/3 decoding test \(\d+ sentences\): beam 1,", redone.stderr)
     assert "beam=1" in (work / "ev_base/evaluation.env").read_text()
+
+
+def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
+    """A rerun into the same --out never scores old translations: another prepared test set,
+    or a checkpoint replaced with its modification time kept (cp -p, rsync -a), redoes the
+    decoding (and the steps after the change) and says why."""
+    import shutil
+
+    work, out = ende["work"], ende["out"]
+    checkpoint = tmp_path / "model.pt"
+    shutil.copy2(work / "ck_base/checkpoint_last.pt", checkpoint)
+    ev = tmp_path / "ev"
+    first = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoint", checkpoint, "--out", ev, "--cpu",
+                 "--bootstrap-samples", 10])
+    assert len(lines(ev / "hyp.tok")) == N_TEST
+    # another prepared folder whose test set is the first one's valid set (N_DEV sentences)
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    for folder in ("raw", "tok", "bpe"):
+        for lang in ("en", "de"):
+            shutil.copy(out / folder / f"valid.{lang}", other / folder / f"test.{lang}")
+    for suffix in ("bin", "idx"):
+        for lang in ("en", "de"):
+            shutil.copy(out / f"data-bin/valid.en-de.{lang}.{suffix}", other / f"data-bin/test.en-de.{lang}.{suffix}")
+    again = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu",
+                 "--bootstrap-samples", 10])
+    assert "2/3 decoding test" in again.stderr and "redone: its inputs are other files than last time" in again.stderr
+    assert lines(ev / "hyp.tok") != [] and len(lines(ev / "hyp.tok")) == len(lines(other / "tok/test.de"))
+    assert lines(other / "tok/test.de") == lines(out / "tok/valid.de")
+    # the checkpoint replaced by another one, its times kept
+    st = checkpoint.stat()
+    shutil.copyfile(work / "ck_csan/checkpoint_last.pt", checkpoint)
+    os.utime(checkpoint, ns=(st.st_atime_ns, st.st_mtime_ns))
+    third = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu",
+                 "--bootstrap-samples", 10])
+    assert f"input {checkpoint} changed since the last run" in third.stderr
+    assert first.returncode == again.returncode == third.returncode == 0
+
+
+def test_ende_missing_reference_is_found_before_any_work(ende, tmp_path):
+    import shutil
+
+    other = tmp_path / "task"
+    shutil.copytree(ende["out"], other)
+    (other / "raw/test.de").unlink()
+    done = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoints", ende["work"] / "ck_base",
+                "--out", tmp_path / "ev", "--cpu"], check=False)
+    assert done.returncode == 2 and f"no raw reference {other / 'raw/test.de'}" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "ev/averaged.pt").exists()
 
 
 def test_ende_resume_continues_from_the_last_checkpoint(ende):
@@ -236,7 +285,7 @@ def test_ende_window_sweep_trains_evaluates_and_plots(ende):
     assert "subset=valid" in (sweep / "csan2d_heads3/eval/evaluation.env").read_text()
     again = run(command)
     assert "[sweep] csan2d_heads3" in again.stderr
-    assert "exists; kept" in (sweep / "csan1d_window3/eval.out").read_text()
+    assert "up to date; skipped" in (sweep / "csan1d_window3/eval.out").read_text()
     run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", sweep, "--out", ende["work"] / "sweep_plot"])
     rows = lines(ende["work"] / "sweep_plot/window_sweep.csv")
     assert [r.split(",")[:2] for r in rows[1:]] == [["window", "3"], ["heads", "3"]]
@@ -320,3 +369,18 @@ def test_jaen_missing_aspec_file(tmp_path):
     done = run(["bash", "examples/wat17_ja_en/prepare.sh", "--raw-dir", aspec, "--out", tmp_path / "out"], check=False)
     assert done.returncode == 2
     assert str(aspec / "test/test.txt") in done.stderr and "ASPEC is licensed" in done.stderr
+
+
+def test_ende_test_lines_longer_than_the_model_are_named_before_decoding(ende, tmp_path):
+    import shutil
+
+    other = tmp_path / "task"
+    shutil.copytree(ende["out"], other)
+    rows = lines(other / "bpe/test.en")
+    rows[2] = " ".join(["x"] * 1100)  # the tiny models keep fairseq's 1024 source positions
+    write(other / "bpe/test.en", rows)
+    done = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoints", ende["work"] / "ck_base",
+                "--out", tmp_path / "ev", "--cpu"], check=False)
+    assert done.returncode == 2
+    assert f"1 test sentence(s) of {other / 'bpe/test.en'} are longer than the model's 1024 source positions" in done.stderr
+    assert "line(s) 3." in done.stderr and not (tmp_path / "ev/averaged.pt").exists()

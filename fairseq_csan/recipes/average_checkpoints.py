@@ -53,7 +53,11 @@ def average(paths):
     for path in paths:
         if not path.is_file():
             raise SystemExit(f"average_checkpoints: missing checkpoint {path}")
-        state = torch.load(path, map_location="cpu")
+        try:
+            state = torch.load(path, map_location="cpu")
+        except Exception as error:  # a truncated or foreign file: name it, whatever torch raised
+            raise SystemExit(f"average_checkpoints: cannot read {path} (damaged or not a checkpoint: "
+                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
         model = state["model"]
         if first_keys is None:
             first_keys = list(model)

@@ -181,6 +181,20 @@ def shell_words(argv: Sequence) -> str:
     return " ".join(shlex.quote(str(w)) for w in argv)
 
 
+def die_with_parent() -> None:
+    """In a child process (subprocess's preexec_fn): be killed when the recipe's process dies,
+    even by SIGKILL, so that no orphaned command goes on writing a step's temporary files while
+    a rerun writes them anew. Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
 def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = (), prefix: str = "step") -> None:
     """Run a command (logged as a shell line), its output to ``stdout`` and ``stdin`` files fed
     to its input; a failure stops the recipe with the command's status."""
@@ -195,7 +209,8 @@ def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = 
     out_file = open(stdout, "wb") if stdout else None
     try:
         if stdin:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file or sys.stderr)
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file or sys.stderr,
+                                    preexec_fn=die_with_parent)
             try:
                 for path in stdin:
                     with open(path, "rb") as f:
@@ -204,7 +219,7 @@ def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = 
                 proc.stdin.close()
             code = proc.wait()
         else:
-            code = subprocess.call(argv, stdout=out_file or sys.stderr)  # logs go to stderr
+            code = subprocess.call(argv, stdout=out_file or sys.stderr, preexec_fn=die_with_parent)  # logs: stderr
     finally:
         if out_file:
             out_file.close()

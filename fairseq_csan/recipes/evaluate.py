@@ -1,0 +1,235 @@
+"""Evaluate a trained model as the papers do (scripts/evaluate.sh runs this; docs/recipes.md).
+
+Three steps: average the last N checkpoints (5 for base runs, 20 for big ones, as Vaswani et
+al. 2017), decode the test set with the papers' settings (decoding.py) through
+fairseq-generate, and score: tokenised BLEU (and compound-split BLEU for En-De), sacreBLEU and
+chrF with their signatures, decoding speed, and with --baseline the paired bootstrap.
+
+The average and the decoding are steps (steps.py): each records the content hashes of what it
+was made from (the checkpoints, the prepared test set and dictionaries) and is redone, saying
+why, when any of it changed. The scores are computed on every run. An --out that holds the
+evaluation of other checkpoint files or other settings is refused unless --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import decoding
+from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
+from .steps import Step, die_with_parent, make, shell_words
+from .task import NotATask, PreparedTask
+
+PLUGIN = Path(__file__).resolve().parents[1]  # the fairseq_csan package, for --user-dir
+OUTPUTS = ("averaged.pt", "generate.txt", "generate.log", "hyp.tok", "hyp.detok", "results.json", "results.md")
+
+
+def log(message: str) -> None:
+    print(f"[evaluate] {message}", file=sys.stderr, flush=True)
+
+
+def die(message: str) -> None:
+    log(f"error: {message}")
+    raise SystemExit(2)
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return int(text)
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(prog="scripts/evaluate.sh", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, required=True, metavar="DIR", help="the folder made by examples/*/prepare.sh")
+    p.add_argument("--checkpoints", type=Path, metavar="DIR", help="the --save-dir of scripts/train.sh")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="where the outputs go (evaluation.env, averaged.pt, generate.txt, generate.log, hyp.tok, "
+                        "hyp.detok, results.json, results.md); a rerun keeps the average and the decoding while "
+                        "what they were made from is unchanged, and scores again")
+    p.add_argument("--last", type=positive, metavar="N",
+                   help="average the N newest interval checkpoints (default 5 for base runs, 20 for big ones)")
+    p.add_argument("--checkpoint", type=Path, metavar="FILE", help="evaluate this checkpoint instead of an average")
+    p.add_argument("--subset", choices=("test", "valid"), default="test")
+    p.add_argument("--beam", type=positive, default=decoding.BEAM, metavar="N",
+                   help=f"beam size (default {decoding.BEAM})")
+    p.add_argument("--lenpen", type=float, default=decoding.LENPEN, metavar="X",
+                   help=f"length penalty (default {decoding.LENPEN})")
+    p.add_argument("--batch-size", type=positive, default=128, metavar="N", help="sentences per batch (default 128)")
+    p.add_argument("--baseline", type=Path, metavar="DIR",
+                   help="the --out of the baseline's evaluation: adds paired bootstrap resampling")
+    p.add_argument("--bootstrap-samples", type=positive, default=1000, metavar="N",
+                   help="resamples for the bootstrap (default 1000)")
+    p.add_argument("--name", help="the system's name in tables (default: its architecture)")
+    p.add_argument("--cpu", action="store_true", help="decode on the CPU")
+    p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
+    p.add_argument("--progress-every", type=positive, default=30, metavar="S",
+                   help="while decoding, report the sentences done every S seconds (default 30)")
+    p.add_argument("--force", action="store_true",
+                   help="redo the evaluation in an --out that holds one of other checkpoints or settings")
+    args = p.parse_args(argv)
+    if args.checkpoints is None and args.checkpoint is None:
+        p.error("--checkpoints DIR (or --checkpoint FILE) is required")
+    return args
+
+
+def run_identity(folder: Path) -> dict:
+    """arch and size from train.sh's run.env in a checkpoint folder (empty when absent)."""
+    env = folder / "run.env"
+    if not env.is_file():
+        return {}
+    return dict(line.split("=", 1) for line in env.read_text(encoding="utf-8").split("\n") if "=" in line)
+
+
+def too_long_lines(bpe_file: Path, checkpoint: Path):
+    """(line numbers of ``bpe_file`` longer than the model's source positions, the limit)."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_csan  # noqa: F401  (our architectures and the fixes that let checkpoints load)
+
+    cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"]["model"]
+    limit = getattr(cfg, "max_source_positions", None) if not isinstance(cfg, dict) else cfg.get("max_source_positions")
+    if not limit:
+        return [], None
+    with open(bpe_file, "rb") as f:  # each line gets an end-of-sentence token
+        return [n for n, line in enumerate(f, 1) if len(line.split()) + 1 > limit], limit
+
+
+def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> None:
+    """Run fairseq-generate: hypotheses (stdout) and its log (stderr) to separate files, so no
+    log line can land inside a hypothesis; the sentences done are reported meanwhile."""
+    log(f"  $ {shell_words(command)} > {gen_tmp} 2> {log_tmp}")
+    done = threading.Event()
+
+    def count():
+        try:
+            with open(gen_tmp, "rb") as f:
+                return sum(1 for line in f if line.startswith(b"H-"))
+        except OSError:
+            return 0
+
+    def watch():
+        while not done.wait(every):
+            log(f"    decoded {count()} of {total} sentences")
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    with open(gen_tmp, "wb") as out, open(log_tmp, "wb") as err:
+        watcher.start()
+        try:
+            status = subprocess.call(command, stdout=out, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                     preexec_fn=die_with_parent)
+        finally:
+            done.set()
+    if status != 0:
+        sys.stderr.write("".join(log_tmp.read_text(encoding="utf-8", errors="replace").splitlines(True)[-20:]))
+        die(f"fairseq-generate failed (its log: {log_tmp})")
+    log(f"    decoded {count()} of {total} sentences")
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    try:
+        task = PreparedTask.open(args.data)
+    except NotATask as e:
+        die(str(e))
+    src, tgt = task.src, task.tgt
+    # everything the scoring reads, checked before any slow work
+    refs = {"tokenised reference": task.tok(args.subset, tgt), "raw reference": task.raw(args.subset, tgt),
+            "tokenised source": task.tok(args.subset, src)}
+    for what, path in refs.items():
+        if not path.is_file():
+            die(f"no {what} {path}: prepare {args.data} again with examples/{task.task}/prepare.sh")
+    if args.baseline and not (args.baseline / "hyp.tok").is_file():
+        die(f"--baseline {args.baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
+    run = run_identity(args.checkpoints) if args.checkpoints else {}
+    size = run.get("size", "base")
+    last = args.last or (20 if size == "big" else 5)
+
+    if args.checkpoint:
+        if not args.checkpoint.is_file():
+            die(f"no checkpoint {args.checkpoint}")
+        inputs = [args.checkpoint]
+    else:
+        try:
+            inputs = newest_checkpoints(args.checkpoints, last)
+        except SystemExit as e:
+            die(f"cannot choose the last {last} checkpoints of {args.checkpoints} ({e}); "
+                "--last N averages fewer, --checkpoint FILE takes one")
+    bpe_source = task.root / "bpe" / f"{args.subset}.{src}"
+    if bpe_source.is_file():  # a line the model cannot take would stop fairseq-generate midway
+        long_lines, limit = too_long_lines(bpe_source, inputs[-1])
+        if long_lines:
+            shown = ", ".join(map(str, long_lines[:10])) + (" ..." if len(long_lines) > 10 else "")
+            die(f"{len(long_lines)} {args.subset} sentence(s) of {bpe_source} are longer than the model's "
+                f"{limit} source positions (subword tokens + 1): line(s) {shown}. Remove or split them in "
+                f"{task.raw(args.subset, src)} and its reference, and prepare again")
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    hw = (["--cpu"] if args.cpu else []) + (["--fp16"] if args.fp16 else [])
+    # what this evaluation is of: the checkpoint files and the settings (their content is the
+    # steps' business: a changed checkpoint or test set redoes the steps after it)
+    identity = "".join(f"checkpoint={p.resolve()}\n" for p in inputs) + (
+        f"averaged={'no' if args.checkpoint else 'yes'}\nsubset={args.subset}\nbeam={args.beam}\n"
+        f"lenpen={args.lenpen:g}\nbatch_size={args.batch_size}\ndecoding={' '.join(hw) or 'gpu fp32'}\n")
+    env = out / "evaluation.env"
+    if env.is_file() and env.read_text(encoding="utf-8") != identity:
+        if not args.force:
+            die(f"{out} holds an evaluation of other checkpoints or settings (see {env}); use --force to redo it, "
+                "or another --out")
+        for name in OUTPUTS:
+            (out / name).unlink(missing_ok=True)
+    env.write_text(identity, encoding="utf-8")
+    stamps = out / ".steps"
+
+    # 1 the weights: one checkpoint, or the average of the last N
+    if args.checkpoint:
+        model = args.checkpoint
+        log(f"1/3 evaluating {model} (no averaging)")
+    else:
+        model = out / "averaged.pt"
+        make(Step(stamps, "average", inputs, [model], {"last": last}),
+             lambda temps: torch_persistent_save(average(inputs), str(temps[0])), force=args.force,
+             prefix="evaluate", what=f"1/3 averaging the last {last} checkpoints of {args.checkpoints}",
+             short=f"1/3 {model} (the same checkpoints)")
+
+    # 2 decode
+    total = sum(1 for _ in open(refs["tokenised source"], "rb"))
+    settings = decoding.generate_args(beam=args.beam, lenpen=args.lenpen)
+    command = ["fairseq-generate", str(task.data_bin), "--user-dir", str(PLUGIN), "--path", str(model),
+               "--source-lang", src, "--target-lang", tgt, "--gen-subset", args.subset, *settings,
+               "--remove-bpe", "--batch-size", str(args.batch_size), *hw]
+    test_files = sorted(task.data_bin.glob(f"{args.subset}.{src}-{tgt}.*")) + sorted(task.data_bin.glob("dict.*.txt"))
+    gen = out / "generate.txt"
+    make(Step(stamps, "decode", [model, *test_files], [gen, out / "generate.log"],
+              {"subset": args.subset, "command": " ".join(settings + hw), "batch_size": args.batch_size}),
+         lambda temps: decode(command, temps[0], temps[1], total, args.progress_every), force=args.force,
+         prefix="evaluate", what=f"2/3 decoding {args.subset} ({total} sentences): beam {args.beam}, length penalty "
+         f"{args.lenpen:g}, output length <= source + {decoding.MAX_LEN_B}", short=f"2/3 {gen} (the same model and settings)")
+
+    # 3 score (every time: it is quick, and reads the references as they are now)
+    log("3/3 scoring")
+    from . import score
+
+    score_args = ["score", "--generate-log", str(gen), "--decode-log", str(out / "generate.log"),
+                  "--ref-tok", str(refs["tokenised reference"]), "--ref-raw", str(refs["raw reference"]),
+                  "--lang", tgt, "--out", str(out), "--name", args.name or run.get("arch") or out.name,
+                  "--task", task.task, "--bootstrap-samples", str(args.bootstrap_samples)]
+    if run.get("arch"):
+        score_args += ["--arch", run["arch"]]
+    if tgt == "de":
+        score_args.append("--compound-split")
+    if args.checkpoints and (args.checkpoints / "train.log").is_file():
+        score_args += ["--train-log", str(args.checkpoints / "train.log")]
+    if args.baseline:
+        score_args += ["--baseline", str(args.baseline)]
+    score.main(score_args)
+
+
+if __name__ == "__main__":
+    main()
