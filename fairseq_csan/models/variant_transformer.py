@@ -27,12 +27,20 @@ from ..modules.registry import add_self_attention_args, check_foreign_flags
 
 
 class VariantEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's encoder layer whose self-attention is built by ``build_attention``."""
+    """fairseq's encoder layer whose self-attention is built by ``build_attention``.
+
+    fairseq 0.12.2 and GitHub main give their encoder layer a fused inference path: once a
+    state dict has been loaded (a checkpoint, as in fairseq-generate) and the layer is in eval
+    mode, the layer (and the encoder, for the whole stack, when its first layer allows it) runs
+    ``torch._transformer_encoder_layer_fwd``, plain multi-head attention, instead of
+    ``self.self_attn``: our attention would be silently skipped. Both paths are taken only
+    when ``can_use_fastpath`` is true; it is false for every layer of ours."""
 
     def __init__(self, cfg, build_attention, return_fc=False):
         self._build_attention = build_attention  # read inside super().__init__()
         super().__init__(cfg, return_fc=return_fc)
         del self._build_attention
+        self.can_use_fastpath = False  # see the class docstring; an unused attribute elsewhere
 
     def build_self_attention(self, embed_dim, cfg):
         return self._build_attention(embed_dim)
@@ -58,6 +66,13 @@ def _wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
+def _unwrapped(layer):
+    """The layer inside fairseq's activation-checkpointing or FSDP wrappers."""
+    while not isinstance(layer, TransformerEncoderLayerBase) and hasattr(layer, "module"):
+        layer = layer.module
+    return layer
+
+
 def _context_on(args, side: str) -> bool:
     return args.ctx_type is not None and args.ctx_side in (side, "both")
 
@@ -72,6 +87,12 @@ class VariantTransformerEncoder(TransformerEncoder):
         self.context_history = ContextHistory(causal=False) if _context_on(args, "encoder") else None
         self._layers_built = 0  # build_encoder_layer is called once per layer, bottom up
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
+        if any(isinstance(_unwrapped(layer), VariantEncoderLayer) for layer in self.layers):
+            # fairseq's encoder-level fused path (0.12.2, main) switches the whole stack to
+            # batch-first nested tensors when its first layer allows it: with a layer of ours
+            # anywhere in the stack, no layer takes it
+            for layer in self.layers:
+                _unwrapped(layer).can_use_fastpath = False
 
     def build_encoder_layer(self, args):
         index = self._layers_built
