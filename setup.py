@@ -17,7 +17,7 @@ setup(
     description="Convolutional and Context-Aware Self-Attention Networks as a fairseq plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.8",
     packages=find_packages(include=["fairseq_csan", "fairseq_csan.*"]),
     install_requires=[
         "torch>=2.0",

@@ -44,6 +44,27 @@ from torch import Tensor
 from .registry import register_self_attention
 
 
+def _attention_by_matmul(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor] = None,
+                         dropout_p: float = 0.0) -> Tensor:
+    """Eq. 2 as torch < 2.0 can compute it: softmax(q k^T / sqrt(d_h) + mask) v, with the
+    semantics of ``F.scaled_dot_product_attention`` (a bool mask is True where a query may
+    attend; a float mask is added to the energies)."""
+    energies = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            energies = energies.masked_fill(~attn_mask, float("-inf"))
+        else:
+            energies = energies + attn_mask
+    weights = torch.softmax(energies, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return torch.matmul(weights, v)
+
+
+# PyTorch's fused kernel where it exists (torch >= 2.0), else the same computation by matmul
+scaled_dot_product_attention = getattr(F, "scaled_dot_product_attention", _attention_by_matmul)
+
+
 @register_self_attention("standard")
 class SelfAttention(MultiheadAttention):
     """Standard multi-head self-attention on PyTorch's fused kernel.
@@ -120,7 +141,7 @@ class SelfAttention(MultiheadAttention):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float) -> Tensor:
         """Eq. 2 for every head: (B, H, T, d_h) from queries, keys and values, with
         ``mask`` (bool, True = may attend, or additive float) broadcastable to (B, H, T, S)."""
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        return scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
     # ---- the shared path ----------------------------------------------------------------
     def forward(

@@ -44,15 +44,18 @@ def banded_attention(
     half_heads: int = 0,
     key_padding_mask: Optional[Tensor] = None,
     dropout_p: float = 0.0,
-    attend: Callable = F.scaled_dot_product_attention,
+    attend: Optional[Callable] = None,
     block: int = BLOCK,
 ) -> Tensor:
     """CSAN attention of ``q``, ``k``, ``v`` (B, H, T, d_h) -> (B, H, T, d_h).
 
     ``half_window`` is m, ``half_heads`` is n (0 for 1D-CSAN), ``key_padding_mask`` is
     (B, T), True at padding. ``attend(q, k, v, mask, dropout_p)`` is eq. 2 over the blocks
-    (mask bool, True = may attend); the default is PyTorch's fused kernel.
+    (mask bool, True = may attend); the default is PyTorch's fused kernel (by matmul on
+    torch < 2.0).
     """
+    if attend is None:
+        from .attention_core import scaled_dot_product_attention as attend
     B, H, T, dh = q.shape
     m, n, b = half_window, half_heads, block
     blocks = -(-T // b)  # ceil(T / b)

@@ -119,6 +119,15 @@ def detokenize_file(lang, source: Path, target: Path):
         _write_atomically(target, ([detok.detokenize(line.split()) for line in chunk] for chunk in _chunks(handle)))
 
 
+def _aligned(a, b):
+    """zip(a, b) that raises ValueError when one ends first (zip(strict=True) before Python 3.10)."""
+    missing = object()
+    for x, y in __import__("itertools").zip_longest(a, b, fillvalue=missing):
+        if x is missing or y is missing:
+            raise ValueError("one file ends before the other")
+        yield x, y
+
+
 def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5):
     """Drop pairs with an empty side, a side over ``max_len`` tokens, or a token-length ratio
     over ``ratio`` (either way), as Moses' clean-corpus-n.perl does."""
@@ -128,7 +137,7 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5):
         with open(src_in, encoding="utf-8") as fs, open(tgt_in, encoding="utf-8") as ft, \
                 open(parts[0], "w", encoding="utf-8", newline="\n") as os_, \
                 open(parts[1], "w", encoding="utf-8", newline="\n") as ot:
-            for number, (s, t) in enumerate(zip(fs, ft, strict=True), 1):
+            for number, (s, t) in enumerate(_aligned(fs, ft), 1):
                 ls, lt = len(s.split()), len(t.split())
                 if 0 < ls <= max_len and 0 < lt <= max_len and max(ls, lt) <= ratio * min(ls, lt):
                     os_.write(s)
@@ -140,7 +149,7 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5):
         for p in parts:
             p.unlink(missing_ok=True)
         raise SystemExit(f"clean: {src_in} or {tgt_in} is not UTF-8 ({error})")
-    except ValueError as error:  # zip(strict=True): the files are not line-aligned
+    except ValueError as error:  # _aligned: the files are not line-aligned
         for p in parts:
             p.unlink(missing_ok=True)
         raise SystemExit(f"clean: {src_in} and {tgt_in} differ in length ({error})")
