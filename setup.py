@@ -20,7 +20,7 @@ setup(
     python_requires=">=3.8",
     packages=find_packages(include=["fairseq_csan", "fairseq_csan.*"]),
     install_requires=[
-        "torch>=2.0",
+        "torch>=1.13",
         "sacrebleu>=2.0",
         "subword-nmt>=0.3.8",
         # fairseq-fixed 0.12.3.1's own requirements, less torchaudio (translation never imports it)

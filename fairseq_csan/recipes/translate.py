@@ -100,7 +100,8 @@ def main(argv=None):
     parser.add_argument("--data", required=True, type=Path, help="the prepared task folder (examples/*/prepare.sh)")
     parser.add_argument("--checkpoint", required=True, type=Path,
                         help="a checkpoint: checkpoint_best.pt, or evaluate.sh's averaged.pt")
-    parser.add_argument("--input", required=True, type=Path, help="raw text in the source language, one sentence a line")
+    parser.add_argument("--input", required=True, type=Path,
+                        help="raw text in the source language, one sentence a line ('-': standard input)")
     parser.add_argument("--output", type=Path, help="translations (default: INPUT with the target language's suffix)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--lenpen", type=float, default=0.6)
@@ -113,13 +114,16 @@ def main(argv=None):
     src, tgt, codes = recipe(args.data)
     if not args.checkpoint.is_file():
         parser.error(f"--checkpoint {args.checkpoint}: no such file")
-    if not args.input.is_file():
+    stdin = str(args.input) == "-"
+    if not stdin and not args.input.exists():
         parser.error(f"--input {args.input}: no such file")
+    if stdin and args.output is None:
+        parser.error("--input - (standard input) needs --output")
     for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
         if value < 1:
             parser.error(f"{flag} must be a positive whole number, got {value}")
     output = args.output or args.input.with_name(f"{args.input.name}.{tgt}")
-    if output.resolve() == args.input.resolve():
+    if not stdin and output.resolve() == args.input.resolve():
         parser.error(f"--output {output} is the input; give another --output")
     if args.data.resolve() in output.resolve().parents:
         parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
@@ -129,18 +133,29 @@ def main(argv=None):
     if existing and not args.force:
         parser.error(f"{', '.join(existing)} exist; pass --force to overwrite")
 
-    lines = args.input.read_text(encoding="utf-8").splitlines()
+    # lines end at "\n" only: str.splitlines() would also break at "\r", form feed, NEL and
+    # U+2028 inside a line and shift every translation after it
+    from .corpora import Missing, text_lines
+
+    try:
+        lines = list(text_lines(Path("/dev/stdin") if stdin else args.input))
+    except Missing as error:
+        parser.error(str(error))
     print(f"[translate] {len(lines)} lines of {args.input}: tokenise ({src}) and apply {codes}", file=sys.stderr)
     bpe_lines = preprocess(lines, src, codes)
     print(f"[translate] fairseq-interactive with {args.checkpoint}: beam {args.beam}, length penalty {args.lenpen}",
           file=sys.stderr)
-    hyps = translate(args, src, tgt, bpe_lines)
+    # an empty line gets an empty translation, not one the model makes up for nothing
+    content = [i for i, line in enumerate(bpe_lines) if line.strip()]
+    hyps = [""] * len(bpe_lines)
+    for i, hyp in zip(content, translate(args, src, tgt, [bpe_lines[i] for i in content]) if content else []):
+        hyps[i] = hyp
     from sacremoses import MosesDetokenizer
 
     detok = MosesDetokenizer(tgt)
     output.parent.mkdir(parents=True, exist_ok=True)
     tok_output.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    output.write_text("".join(detok.detokenize(h.split()) + "\n" for h in hyps), encoding="utf-8")
+    output.write_text("".join((detok.detokenize(h.split()) if h else "") + "\n" for h in hyps), encoding="utf-8")
     print(f"[translate] done: {output} ({tgt}, detokenised) and {tok_output} (tokenised)", file=sys.stderr)
 
 
