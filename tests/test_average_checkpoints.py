@@ -92,3 +92,11 @@ def test_refusals(checkpoints, tmp_path):
     save(tmp_path / "other.pt", other, args, 1)
     with pytest.raises(SystemExit, match="holds other parameters"):
         average_checkpoints.main(["--inputs", str(paths[0]), str(tmp_path / "other.pt"), "--output", str(tmp_path / "z.pt")])
+
+
+def test_a_damaged_checkpoint_is_named(checkpoints, tmp_path):
+    _, paths, _ = checkpoints
+    damaged = tmp_path / "checkpoint_1_400.pt"
+    damaged.write_bytes(paths[-1].read_bytes()[:5000])  # a copy killed midway
+    with pytest.raises(SystemExit, match=f"cannot read {damaged} \\(damaged or not a checkpoint"):
+        average_checkpoints.average([*paths[:2], damaged])
