@@ -1,52 +1,80 @@
-"""A reloaded model computes what the built model computes, in eval mode, with and without
-padding, for every architecture family.
+"""A checkpoint reloaded as fairseq-generate reloads it computes exactly what the built model
+computes: eval mode, with and without padding, encoder and decoder, every architecture family.
 
-fairseq 0.12.2 and GitHub main switch an encoder layer whose state dict was loaded (as
-fairseq-generate and the hub interface load checkpoints) to torch's fused encoder-layer kernel
-in eval mode, which knows nothing of our attention (VariantEncoderLayer's docstring). Loading
-goes through fairseq's own path here (the model's load_state_dict with its upgrade step), so
-under those fairseq versions this test fails without our guard; under fairseq-fixed it checks
-that reloading changes nothing.
+fairseq 0.12.2 moves an encoder layer whose state dict was loaded onto torch's fused
+encoder-layer kernel in eval mode, which knows nothing of our attention (see
+``_FUSED_PATH_COPIES`` in fairseq_csan/models/variant_transformer.py): under that fairseq
+these tests fail without our guard. Under fairseq versions without the fused path they check
+that saving and reloading changes nothing.
 """
 
 import pytest
 import torch
+from fairseq import checkpoint_utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from omegaconf import OmegaConf
 
 from conftest import TINY, build_model
 
-FAMILIES = ["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware", "transformer_csan2d_ctxaware",
-            "transformer_bidirect", "transformer_relpos", "transformer_neighbor", "transformer_local_hard",
-            "transformer_local_soft", "transformer_block", "transformer_cnn"]
+# one architecture per family: the Transformer (our model with no variant: K = 0), 1D/2D CSAN,
+# context-aware, both, and each locality baseline of the CSAN paper's Table 1
+FAMILIES = {
+    "transformer": ("transformer_csan1d", ["--csan-layers", "0"]),
+    "csan1d": ("transformer_csan1d", ["--csan-window", "3"]),
+    "csan2d": ("transformer_csan2d", ["--csan-window", "3"]),
+    "ctxaware": ("transformer_ctxaware", []),
+    "csan2d_ctxaware": ("transformer_csan2d_ctxaware", ["--csan-window", "3"]),
+    "ctxaware_decoder": ("transformer_ctxaware", ["--ctx-side", "both"]),
+    **{variant: (f"transformer_{variant}", []) for variant in
+       ["bidirect", "relpos", "neighbor", "local_hard", "local_soft", "block", "cnn"]},
+}
 
 
-def batch(padded: bool):
+def save_as_fairseq_does(model, args, path):
+    """The keys fairseq's Trainer.save_checkpoint writes, through its own writer."""
+    checkpoint_utils.torch_persistent_save(
+        {"args": None, "model": model.state_dict(),
+         "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True),
+         "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
+                                "lr_scheduler_state": {}, "num_updates": 0}],
+         "extra_state": {}},
+        str(path),
+    )
+
+
+def batch(pad_index: int, padded: bool):
     torch.manual_seed(3)
     tokens = torch.randint(4, 50, (3, 9))
-    lengths = torch.tensor([9, 9, 9])
     if padded:
-        lengths = torch.tensor([9, 6, 4])
-        for row, n in enumerate(lengths.tolist()):
-            tokens[row, :9 - n] = 1  # fairseq pads sources on the left
-    prev = torch.randint(4, 50, (3, 7))
-    return tokens, lengths, prev
+        for row, length in enumerate([9, 6, 2]):
+            tokens[row, :9 - length] = pad_index  # fairseq pads sources on the left
+    return tokens, tokens.ne(pad_index).sum(1), torch.randint(4, 50, (3, 7))
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_reloaded_model_equals_built_model_in_eval(arch, tmp_path):
-    flags = TINY if arch == "transformer_ctxaware" else [*TINY, "--csan-layers", "2"]
-    built, _, _ = build_model(arch, flags)
-    torch.save({"model": built.state_dict()}, tmp_path / "checkpoint.pt")
-    reloaded, _, _ = build_model(arch, flags, seed=99)
-    state = torch.load(tmp_path / "checkpoint.pt", map_location="cpu")["model"]
-    reloaded.load_state_dict(state, strict=True, model_cfg=None)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_reloaded_checkpoint_computes_what_the_built_model_computes(family, tmp_path):
+    arch, flags = FAMILIES[family]
+    built, args, task = build_model(arch, TINY + flags)
     built.eval()
-    reloaded.eval()
+    path = tmp_path / "checkpoint.pt"
+    save_as_fairseq_does(built, args, path)
+    models, _ = checkpoint_utils.load_model_ensemble([str(path)], task=task)  # as fairseq-generate
+    reloaded = models[0].eval()
+    assert type(reloaded) is type(built)
+    assert reloaded.state_dict().keys() == built.state_dict().keys()
     for padded in (False, True):
-        tokens, lengths, prev = batch(padded)
+        tokens, lengths, prev = batch(task.source_dictionary.pad(), padded)
         with torch.no_grad():
             want = built.encoder(tokens, lengths)
             got = reloaded.encoder(tokens, lengths)
-            torch.testing.assert_close(got["encoder_out"][0], want["encoder_out"][0], rtol=0, atol=1e-6)
-            want_out, _ = built(tokens, lengths, prev)
-            got_out, _ = reloaded(tokens, lengths, prev)
-            torch.testing.assert_close(got_out, want_out, rtol=0, atol=1e-5)
+            torch.testing.assert_close(got["encoder_out"][0], want["encoder_out"][0], rtol=0, atol=0)
+            torch.testing.assert_close(reloaded(tokens, lengths, prev)[0], built(tokens, lengths, prev)[0],
+                                       rtol=0, atol=0)
+
+
+def test_no_layer_of_ours_holds_fused_path_copies():
+    """fairseq 0.12.2's layer holds copies of its weights for the fused path; ours do not, so
+    parameter counts and checkpoints are the model's own (under every fairseq)."""
+    model, _, _ = build_model("transformer_csan2d", TINY)
+    names = [n for n, _ in model.named_parameters()]
+    assert not [n for n in names if n.rsplit(".", 1)[-1] in ("in_proj_weight", "fc1_weight", "fc2_weight")]

@@ -14,6 +14,8 @@ Everything else is fairseq's stock Transformer.
 
 from functools import partial
 
+from torch import nn
+
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder, TransformerModel
@@ -26,24 +28,49 @@ from ..modules.context_gating import CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES
 from ..modules.registry import add_self_attention_args, check_foreign_flags
 
 
+# fairseq 0.12.2 (that release only: not 0.12.1, 0.12.3, GitHub main or fairseq-fixed) gives its
+# encoder layer a fused inference path. Loading a state dict (a checkpoint in fairseq-generate, the
+# hub, a resumed training) runs the layer's ``_load_from_state_dict`` hook, which copies the weights
+# into eight extra parameters (below) and sets ``load_to_BT``; from then on a post-norm layer in
+# eval mode runs ``torch._transformer_encoder_layer_fwd`` (plain multi-head attention) instead of
+# ``self.self_attn``, and the encoder switches the stack to batch-first nested tensors when its
+# first layer allows it. Our attention would be skipped: silently wrong encoder outputs. Both
+# paths need ``can_use_fastpath``; our layers keep it false, do not run the hook, and drop the
+# copies, which would otherwise count as parameters (wrong parameter counts, larger checkpoints).
+_FUSED_PATH_COPIES = ("in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias",
+                      "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias")
+
+
+def _has_fused_path(layer) -> bool:
+    """Whether the running fairseq gave ``layer`` the fused path (detected by its flag)."""
+    return hasattr(layer, "can_use_fastpath")
+
+
 class VariantEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's encoder layer whose self-attention is built by ``build_attention``.
+    """fairseq's encoder layer whose self-attention is built by ``build_attention`` (fairseq's
+    own when None), never on a fused path that skips ``self.self_attn`` (see above)."""
 
-    fairseq 0.12.2 and GitHub main give their encoder layer a fused inference path: once a
-    state dict has been loaded (a checkpoint, as in fairseq-generate) and the layer is in eval
-    mode, the layer (and the encoder, for the whole stack, when its first layer allows it) runs
-    ``torch._transformer_encoder_layer_fwd``, plain multi-head attention, instead of
-    ``self.self_attn``: our attention would be silently skipped. Both paths are taken only
-    when ``can_use_fastpath`` is true; it is false for every layer of ours."""
-
-    def __init__(self, cfg, build_attention, return_fc=False):
+    def __init__(self, cfg, build_attention=None, return_fc=False):
         self._build_attention = build_attention  # read inside super().__init__()
         super().__init__(cfg, return_fc=return_fc)
         del self._build_attention
-        self.can_use_fastpath = False  # see the class docstring; an unused attribute elsewhere
+        if _has_fused_path(self):
+            self.can_use_fastpath = False
+            for name in _FUSED_PATH_COPIES:
+                self._parameters.pop(name, None)
 
     def build_self_attention(self, embed_dim, cfg):
+        if self._build_attention is None:
+            return super().build_self_attention(embed_dim, cfg)
         return self._build_attention(embed_dim)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if not _has_fused_path(self):
+            return super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        for name in _FUSED_PATH_COPIES:  # saved by a layer of fairseq 0.12.2's own: copies only
+            state_dict.pop(prefix + name, None)
+        # torch's own loading, without fairseq 0.12.2's hook that would arm the fused path
+        return nn.Module._load_from_state_dict(self, state_dict, prefix, *args, **kwargs)
 
 
 class VariantDecoderLayer(TransformerDecoderLayerBase):
@@ -66,13 +93,6 @@ def _wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
-def _unwrapped(layer):
-    """The layer inside fairseq's activation-checkpointing or FSDP wrappers."""
-    while not isinstance(layer, TransformerEncoderLayerBase) and hasattr(layer, "module"):
-        layer = layer.module
-    return layer
-
-
 def _context_on(args, side: str) -> bool:
     return args.ctx_type is not None and args.ctx_side in (side, "both")
 
@@ -87,12 +107,6 @@ class VariantTransformerEncoder(TransformerEncoder):
         self.context_history = ContextHistory(causal=False) if _context_on(args, "encoder") else None
         self._layers_built = 0  # build_encoder_layer is called once per layer, bottom up
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
-        if any(isinstance(_unwrapped(layer), VariantEncoderLayer) for layer in self.layers):
-            # fairseq's encoder-level fused path (0.12.2, main) switches the whole stack to
-            # batch-first nested tensors when its first layer allows it: with a layer of ours
-            # anywhere in the stack, no layer takes it
-            for layer in self.layers:
-                _unwrapped(layer).can_use_fastpath = False
 
     def build_encoder_layer(self, args):
         index = self._layers_built
@@ -102,10 +116,10 @@ class VariantTransformerEncoder(TransformerEncoder):
         if self.context_history is not None:
             attention = context_aware(attention)
             extra = dict(history=self.context_history, layer=index + 1, ctx_type=args.ctx_type, ctx_gate=args.ctx_gate)
-        elif attention is SelfAttention:
-            return super().build_encoder_layer(args)  # fairseq's own layer
         cfg = TransformerConfig.from_namespace(args)
-        build = partial(attention.build, num_heads=cfg.encoder.attention_heads, cfg=cfg, args=args, **extra)
+        build = None  # fairseq's own self-attention, in a layer of ours (never on the fused path)
+        if attention is not SelfAttention or extra:
+            build = partial(attention.build, num_heads=cfg.encoder.attention_heads, cfg=cfg, args=args, **extra)
         return _wrap_layer(VariantEncoderLayer(cfg, build, return_fc=self.return_fc), cfg)
 
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
