@@ -268,3 +268,17 @@ REFERENCES = {
     "block": block_reference,
     "cnn": cnn_reference,
 }
+
+
+# ---- what the running torch can compute on the CPU -------------------------------------------
+def skip_without_cpu_kernels(dtype):
+    """Skip the calling test, saying why, where this torch lacks CPU kernels in ``dtype`` that a
+    model needs (matmul, layer norm, softmax, dropout): torch 1.13 has none for float16."""
+    import pytest
+    import torch.nn.functional as F
+
+    x = torch.ones(2, 2, dtype=dtype)
+    try:
+        F.linear(x, x, x[0]), F.layer_norm(x, (2,)), torch.softmax(x, -1), F.dropout(x, 0.5, training=True)
+    except RuntimeError as error:
+        pytest.skip(f"torch {torch.__version__} has no {dtype} CPU kernels ({str(error).splitlines()[0]})")

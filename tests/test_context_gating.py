@@ -7,7 +7,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from conftest import TINY, build_model, make_dictionary
-from reference import ctxaware_reference
+from reference import ctxaware_reference, skip_without_cpu_kernels
 from fairseq_csan import record_gates
 from fairseq_csan.modules import SelfAttention
 from fairseq_csan.modules.context_gating import CONTEXT_GATES, CONTEXT_TYPES, ContextHistory, context_aware
@@ -112,6 +112,7 @@ def test_incremental_module_equals_full_pass(ctx_type):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_is_finite_and_close(dtype):
+    skip_without_cpu_kernels(dtype)
     history, stack = make_stack("deep-global+deep", "both", causal=False, dtype=torch.float32)
     inputs, pad = random_inputs(dtype=torch.float32), padding("left")
     full = run_stack(history, stack, inputs, pad)

@@ -9,7 +9,7 @@ import torch
 
 from conftest import TINY, build_model, make_dictionary
 from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
-from reference import REFERENCES
+from reference import REFERENCES, skip_without_cpu_kernels
 
 D, H = 32, 4
 # constructor options that make each mechanism bite on sentences of 9 tokens
@@ -98,6 +98,7 @@ def test_gradients_reach_every_parameter(name, options):
 @pytest.mark.parametrize("name,options", CASES, ids=CASE_IDS)
 def test_half_precision_close_to_float32(name, options, dtype):
     """Heavy padding (a sentence of one token) and a batch of several lengths."""
+    skip_without_cpu_kernels(dtype)
     module = make(name, options, dtype=torch.float32)
     x, pad = padded([9, 1, 5], 9, "left", dtype=torch.float32)
     full, _ = module(x, x, x, key_padding_mask=pad)
@@ -115,6 +116,7 @@ def test_gaussian_bias_stays_finite_for_extreme_predictions(name, dtype, side, m
     """Widths of 0 or nearly 0 and centres on the token, at the sentence's edge or far outside
     it: the bias itself is finite in the model's precision and <= 0 (so no kernel can turn it
     into inf or NaN), and so are the outputs."""
+    skip_without_cpu_kernels(dtype)
     module = make(name, OPTIONS.get(name, {}), dtype=dtype)
     x, pad = padded([9, 2], 9, side, dtype=dtype)
     q = module.q_proj(x).view(9, 2, H, D // H).permute(1, 2, 0, 3)
