@@ -31,6 +31,8 @@ def main(argv=None):
     p.add_argument("--beam", type=int, default=BEAM)
     p.add_argument("--lenpen", type=float, default=LENPEN)
     args = p.parse_args(argv)
+    if args.beam < 1:
+        p.error(f"--beam must be a positive whole number, got {args.beam}")
     print(" ".join(generate_args(args.beam, args.lenpen)))
 
 

@@ -27,6 +27,40 @@ from pathlib import Path
 _TOKENIZE = None
 
 
+class TextError(ValueError):
+    """User text that cannot be read line by line: the message names the file and line."""
+
+
+def iter_lines(path):
+    """The lines of a UTF-8 text file (``"-"``: standard input), without their ends.
+
+    Lines end at ``"\\n"`` only: a ``"\\r"``, form feed, NEL or U+2028 inside a line stays
+    inside it (``str.splitlines()`` would break there and shift every line after it). A
+    ``"\\r\\n"`` ending keeps its ``"\\r"``, as ``wc -l`` and fairseq see it. A byte-order mark at
+    the start is removed. An undecodable byte raises :class:`TextError` naming file and line.
+    """
+    name = "<stdin>" if str(path) == "-" else str(path)
+    handle = sys.stdin.buffer if str(path) == "-" else open(path, "rb")
+    try:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise TextError(f"{name}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at column "
+                                f"{error.start + 1}); convert the file to UTF-8") from None
+            if number == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            yield line[:-1] if line.endswith("\n") else line
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
+
+
+def read_lines(path):
+    """:func:`iter_lines` as a list."""
+    return list(iter_lines(path))
+
+
 def make_tokenizer(lang: str):
     """A function from a raw line to its tokens joined by single spaces."""
     if lang == "zh":
