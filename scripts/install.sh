@@ -1,60 +1,186 @@
 #!/usr/bin/env bash
-# Install fairseq_csan and everything it needs into the active Python environment.
-# usage: bash scripts/install.sh [--dry-run]     (run inside a fresh virtual environment)
-#   --dry-run    print the pip commands and install nothing
-#   TORCH_SPEC   torch requirement to install first (default: torch==2.13.0, pip's default
-#                build of it from pip's configured index)
+# Install fairseq_csan into the active Python environment: a fresh one, or one that already has
+# torch and fairseq (they are kept, with their pins; see docs/environments.md).
+# usage: bash scripts/install.sh [--dry-run]
+#   --dry-run    print what the environment holds and the commands a real run would run; change nothing
+#   TORCH_SPEC   torch requirement, installed where torch is missing (default: torch==2.13.0). Set it,
+#                or TORCH_INDEX, to install torch even where one is installed (that replaces it)
 #   TORCH_INDEX  a package index to take torch from, e.g. PyTorch's CUDA wheel index on a GPU
 #                machine: TORCH_INDEX=https://download.pytorch.org/whl/cu128 bash scripts/install.sh
 #                (default: none, pip's own index)
-#   FAIRSEQ_SPEC fairseq distribution (default: fairseq-fixed==0.12.3.1, see docs/troubleshooting.md)
+#   FAIRSEQ_SPEC fairseq distribution, installed where no fairseq is (default: fairseq-fixed==0.12.3.1,
+#                see docs/troubleshooting.md); an installed fairseq (PyPI 0.12.2, GitHub main, fairseq-fixed)
+#                is always kept
 #   EXTRAS       this package's extras (default: test,logging; the test extra brings the
 #                recipes' tokenisers and the analysis plots, logging brings TensorBoard)
+#   IMPORT_CHECK 0 skips importing torch, fairseq and fairseq_csan at the end (default 1)
 set -euo pipefail
 
+TORCH_EXPLICIT=${TORCH_SPEC:+1}${TORCH_INDEX:+1}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 TORCH_INDEX=${TORCH_INDEX:-}
+FAIRSEQ_EXPLICIT=${FAIRSEQ_SPEC:+1}
 FAIRSEQ_SPEC=${FAIRSEQ_SPEC:-fairseq-fixed==0.12.3.1}
 EXTRAS=${EXTRAS:-test,logging}
+IMPORT_CHECK=${IMPORT_CHECK:-1}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python}
 dry_run=0
 case "${1:-}" in
   "") ;;
   --dry-run) dry_run=1 ;;
-  -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "[install] error: unknown argument '$1' (allowed: --dry-run, --help)" >&2; exit 2 ;;
 esac
+case "$IMPORT_CHECK" in 0|1) ;; *) echo "[install] error: IMPORT_CHECK must be 0 or 1, got '$IMPORT_CHECK'" >&2; exit 2 ;; esac
+[[ "$EXTRAS" =~ ^[A-Za-z0-9_,-]*$ ]] || { echo "[install] error: EXTRAS must be comma-separated extra names (e.g. test,logging), got '$EXTRAS'" >&2; exit 2; }
 
-step() { echo "[install] $*"; }
-# run a command, or with --dry-run print it, quoted so that it can be pasted
-run() { if [ "$dry_run" = 1 ]; then local q; q=$(printf '%q ' "$@"); echo "${q% }"; else "$@"; fi; }
+say() { echo "[install] $*"; }
+die() { echo "[install] error: $*" >&2; exit 1; }
+
+# --- what the environment holds: distribution versions from their metadata (nothing is imported) ---
+probe=$("$PY" - <<'EOF'
+import importlib.metadata as md, importlib.util, re, sys
+sys.path = [p for p in sys.path if p not in ("", ".")]  # the current folder is not the environment
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+versions, fairseqs = {}, []
+for dist in md.distributions():
+    name = dist.metadata["Name"]
+    if not name or norm(name) in versions:
+        continue  # a later copy of a name is shadowed by the first one on sys.path
+    versions[norm(name)] = dist.version
+    # a distribution that provides the module fairseq (fairseq, fairseq-fixed, an editable GitHub main, ...)
+    top = (dist.read_text("top_level.txt") or "").split()
+    files = [str(f) for f in (dist.files or [])]
+    if norm(name) != "fairseq-csan" and ("fairseq" in top or norm(name) in ("fairseq", "fairseq-fixed")
+                                         or any(f.startswith("fairseq/") for f in files)):
+        fairseqs.append(f"{name}=={dist.version}")
+spec = importlib.util.find_spec("fairseq")
+print("python", ".".join(map(str, sys.version_info[:3])))
+print("prefix", sys.prefix)
+print("fairseq_module", spec.origin if spec and spec.origin else ("namespace" if spec else ""))
+print("fairseq_dists", " ".join(fairseqs))
+for name in ("torch", "torchaudio", "hydra-core", "omegaconf", "numpy"):
+    print(name, versions.get(name, ""))
+EOF
+) || die "could not run $PY (set PYTHON to the environment's interpreter)"
+field() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<< "$probe"; }
+PYVER=$(field python)
+TORCH_HAVE=$(field torch)
+FAIRSEQ_MODULE=$(field fairseq_module)
+read -r -a FAIRSEQ_DISTS <<< "$(field fairseq_dists)"
+CONSTRAINTS="$(field prefix)/fairseq_csan-constraints.txt"
 
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -z "${CONDA_PREFIX:-}" ]; then
-  echo "[install] warning: no virtual environment is active; installing into $($PY -c 'import sys; print(sys.prefix)')" >&2
+  echo "[install] warning: no virtual environment is active; installing into $(field prefix)" >&2
+fi
+case "$PYVER" in
+  3.[89].*|3.1[0-3].*) ;;
+  *) die "Python $PYVER is outside the supported 3.8-3.13 (docs/environments.md)" ;;
+esac
+FAIRSEQ_HAVE=none
+if [ -n "$FAIRSEQ_MODULE" ]; then FAIRSEQ_HAVE=${FAIRSEQ_DISTS[*]:-"$FAIRSEQ_MODULE (no distribution metadata)"}; fi
+say "environment: Python $PYVER, torch ${TORCH_HAVE:-none}, fairseq $FAIRSEQ_HAVE"
+
+# --- the plan: what is kept, what is installed; pins go into a pip constraints file ---
+CMDS=()       # commands, one string each: printed by --dry-run, run otherwise
+PINS=()       # name==version lines of the constraints file
+add() { local q; q=$(printf '%q ' "$@"); CMDS+=("${q% }"); }
+
+if [ -n "$TORCH_HAVE" ] && [ -z "$TORCH_EXPLICIT" ]; then
+  major=${TORCH_HAVE%%.*}; rest=${TORCH_HAVE#*.}; minor=${rest%%.*}
+  if [ "$major" -lt 1 ] || { [ "$major" = 1 ] && [ "${minor%%[!0-9]*}" -lt 13 ]; }; then
+    die "torch $TORCH_HAVE is older than the supported 1.13; set TORCH_SPEC (e.g. TORCH_SPEC=torch==1.13.1) to replace it"
+  fi
+  say "1/4 torch $TORCH_HAVE is installed: kept (TORCH_SPEC or TORCH_INDEX replaces it)"
+  PINS+=("torch==$TORCH_HAVE")
+  # what is built against it or pinned beside it stays too
+  for name in torchaudio numpy; do
+    have=$(field "$name")
+    if [ -n "$have" ]; then PINS+=("$name==$have"); fi
+  done
+else
+  say "1/4 $TORCH_SPEC${TORCH_INDEX:+ from $TORCH_INDEX}${TORCH_HAVE:+ (replaces torch $TORCH_HAVE, as TORCH_SPEC/TORCH_INDEX ask)}"
+  if [ -n "$TORCH_INDEX" ]; then
+    # torch alone from its own index; everything else from pip's default index
+    add "$PY" -m pip install --index-url "$TORCH_INDEX" "$TORCH_SPEC"
+  else
+    add "$PY" -m pip install "$TORCH_SPEC"
+  fi
+  PINS+=("$TORCH_SPEC")
 fi
 
-step "1/4 $TORCH_SPEC${TORCH_INDEX:+ from $TORCH_INDEX}, then numpy and cython (fairseq builds against them)"
-if [ -n "$TORCH_INDEX" ]; then
-  # torch alone from its own index; everything else from pip's default index
-  run $PY -m pip install --index-url "$TORCH_INDEX" "$TORCH_SPEC"
+if [ -n "$FAIRSEQ_MODULE" ]; then
+  [ -z "$FAIRSEQ_EXPLICIT" ] || die "FAIRSEQ_SPEC=$FAIRSEQ_SPEC, but a fairseq is installed ($FAIRSEQ_HAVE); two distributions of the module fairseq overwrite each other: uninstall it first or leave FAIRSEQ_SPEC unset to keep it"
+  [ "${#FAIRSEQ_DISTS[@]}" -le 1 ] || echo "[install] warning: several distributions provide the module fairseq: ${FAIRSEQ_DISTS[*]}; their files overwrite each other (keep one: pip uninstall the others)" >&2
+  say "2/4 fairseq is installed ($FAIRSEQ_HAVE): kept, with its hydra-core and omegaconf"
+  PINS+=("${FAIRSEQ_DISTS[@]}")
+  for name in hydra-core omegaconf; do
+    have=$(field "$name")
+    if [ -n "$have" ]; then PINS+=("$name==$have"); fi
+  done
 else
-  run $PY -m pip install "$TORCH_SPEC"
-fi
-run $PY -m pip install numpy cython
-
-if [ "$dry_run" = 0 ] && $PY -c "import fairseq" 2>/dev/null; then
-  step "2/4 fairseq already importable ($($PY -c 'import fairseq; print(fairseq.__version__)')); skipped"
-else
-  step "2/4 $FAIRSEQ_SPEC from source, against the torch above (about 4.5 minutes on 2 cores)"
+  say "2/4 $FAIRSEQ_SPEC from source, against the torch above (about 4.5 minutes on 2 cores), after numpy and cython (it builds against them)"
+  add "$PY" -m pip install -c "$CONSTRAINTS" numpy cython
   # --no-build-isolation: build against the installed torch instead of downloading another;
-  # --no-deps: skip torchaudio, which fails to load beside torch 2.13 (its other
+  # --no-deps: skip torchaudio, which fails to load beside torch 2.13 (fairseq's other
   # requirements come with step 3, from setup.py).
-  run $PY -m pip install --no-build-isolation --no-deps "$FAIRSEQ_SPEC"
+  add "$PY" -m pip install --no-build-isolation --no-deps "$FAIRSEQ_SPEC"
+  PINS+=("$FAIRSEQ_SPEC")
 fi
 
-step "3/4 fairseq_csan (editable) with its requirements and the extras $EXTRAS"
-run $PY -m pip install -e "$ROOT[$EXTRAS]"
+say "3/4 fairseq_csan (editable) with its requirements and the extras $EXTRAS; nothing pinned changes"
+add "$PY" -m pip install -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
 
-step "4/4 checking the installation"
-run $PY -c "import fairseq, torch, fairseq_csan; print(f'[install] ok: torch {torch.__version__} (CUDA: {torch.cuda.is_available()}), fairseq {fairseq.__version__}, fairseq_csan {fairseq_csan.__version__}')"
+say "constraints file $CONSTRAINTS: ${PINS[*]}"
+checks="every pinned distribution has its version, pip check lists no new problem"
+if [ "$IMPORT_CHECK" = 1 ]; then checks+=", torch, fairseq and fairseq_csan import"; fi
+say "4/4 checks: $checks"
+
+# the checks, run after the commands (the same in both modes, so they are printed too)
+PIN_CHECK=$(cat <<'EOF'
+import importlib.metadata as md, re, sys
+bad = []
+for line in open(sys.argv[1]):
+    m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*(\S+)\s*", line)
+    if m:
+        try:
+            have = md.version(m[1])
+        except md.PackageNotFoundError:
+            have = "missing"
+        if have != m[2] and have.split("+")[0] != m[2]:
+            bad.append(f"{m[1]} {have} (pinned {m[2]})")
+sys.exit(f"[install] error: pinned distributions changed: {', '.join(bad)}" if bad else 0)
+EOF
+)
+IMPORT=$(cat <<'EOF'
+import fairseq, torch, fairseq_csan
+print(f"[install] ok: torch {torch.__version__} (CUDA: {torch.cuda.is_available()}), fairseq {fairseq.__version__}, fairseq_csan {fairseq_csan.__version__}")
+EOF
+)
+add "$PY" -c "$PIN_CHECK" "$CONSTRAINTS"
+if [ "$IMPORT_CHECK" = 1 ]; then add "$PY" -c "$IMPORT"; fi
+
+if [ "$dry_run" = 1 ]; then
+  echo "cat > $(printf '%q' "$CONSTRAINTS") <<'EOF'"
+  printf '%s\n' "${PINS[@]}"
+  echo EOF
+  printf '%s\n' "${CMDS[@]}"
+  echo "# then $PY -m pip check, before and after: the run fails where it lists a problem it did not list before"
+  exit 0
+fi
+
+# pip check before: only what the installation adds counts against it (fairseq-fixed's missing
+# torchaudio is expected where step 2 installed it; see docs/troubleshooting.md)
+pip_check() { "$PY" -m pip check 2>&1 | grep -v -i -E "^no broken requirements|requires torchaudio, which is not installed" | sort || true; }
+before=$(pip_check)
+printf '%s\n' "${PINS[@]}" > "$CONSTRAINTS"
+for cmd in "${CMDS[@]}"; do
+  say "run: $cmd"
+  eval "$cmd" || die "this command failed: $cmd${PINS:+ (it kept the constraints in $CONSTRAINTS: a requirement that conflicts with them is named above)}"
+done
+new=$(comm -13 <(echo "$before") <(pip_check) | grep . || true)
+[ -z "$new" ] || die "pip check lists new problems after the installation:
+$new"
+say "pip check: no new problem"
+say "done (pins kept in $CONSTRAINTS; pip install -c it to add more packages without changing them)"

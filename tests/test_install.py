@@ -1,0 +1,206 @@
+"""scripts/install.sh in an environment a user already has: fairseq 0.12.2 with an older torch and
+fairseq's own pins (hydra-core 1.0.7, omegaconf 2.0.6) and torchaudio beside it.
+
+Offline and in seconds: every distribution is a stub wheel built here (metadata and an empty
+module), pip reads only a local folder (--no-index --find-links) that also offers the newer
+torch, hydra-core, omegaconf and numpy that an unconstrained install would take, and the venv
+does not see the system's packages. The stubs cannot be imported as torch or fairseq, so the
+real run skips only the final import check (IMPORT_CHECK=0); the pin and pip checks still run.
+"""
+
+import base64
+import hashlib
+import importlib.metadata as md
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# the user's environment: fairseq 0.12.2's declared requirements, torchaudio pinned to its torch
+USER = {
+    "torch": ("1.13.1", []),
+    "torchaudio": ("0.13.1", ["torch==1.13.1"]),
+    "numpy": ("1.24.4", []),
+    "omegaconf": ("2.0.6", []),
+    "hydra-core": ("1.0.7", ["omegaconf<2.1,>=2.0.5"]),
+    "fairseq": ("0.12.2", ["cffi", "cython", "hydra-core<1.1,>=1.0.7", "omegaconf<2.1", "regex",
+                           "sacrebleu>=1.4.12", "torch", "tqdm", "bitarray", "torchaudio>=0.8.0", "numpy"]),
+}
+# what pip would take if nothing held it back
+NEWER = {"torch": "2.13.0", "torchaudio": "2.13.0", "numpy": "2.4.6", "omegaconf": "2.3.0", "hydra-core": "1.3.2",
+         "fairseq": "0.12.3"}
+MODULES = {"hydra-core": "hydra", "scikit-learn": "sklearn", "unidic-lite": "unidic_lite", "subword-nmt": "subword_nmt"}
+
+
+def wheel(folder: Path, name: str, version: str, requires=(), files=None):
+    """A minimal valid wheel: METADATA, WHEEL, RECORD and the given files (default: an empty module)."""
+    stem = re.sub(r"[-.]+", "_", name)
+    info = f"{stem}-{version}.dist-info"
+    files = dict(files if files is not None else {f"{MODULES.get(name, stem)}/__init__.py": ""})
+    files[f"{info}/METADATA"] = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                                         *(f"Requires-Dist: {r}\n" for r in requires)])
+    files[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test_install\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = []
+    for path, text in files.items():
+        data = text if isinstance(text, bytes) else text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(folder / f"{stem}-{version}-py3-none-any.whl", "w") as whl:
+        for path, text in files.items():
+            whl.writestr(path, text)
+
+
+def repack_installed(folder: Path, name: str):
+    """A wheel of a pure-Python distribution installed here (the build backend, setuptools)."""
+    dist = md.distribution(name)
+    files = {}
+    for f in dist.files or []:
+        path = str(f)
+        if path.startswith("..") or "__pycache__" in path or re.search(r"\.dist-info/(METADATA|WHEEL|RECORD)$", path):
+            continue  # wheel() writes those three
+        files[path] = Path(dist.locate_file(f)).read_bytes()
+    wheel(folder, dist.metadata["Name"], dist.version, files=files)
+
+
+def plugin_requirements(extras):
+    """setup.py's install_requires and the named extras, as setup.py says them today."""
+    import setuptools  # noqa: F401  (provides distutils on Python >= 3.12)
+    from distutils.core import run_setup
+
+    here = os.getcwd()
+    os.chdir(REPO)
+    try:
+        dist = run_setup("setup.py", stop_after="init")
+    finally:
+        os.chdir(here)
+    reqs = list(dist.install_requires)
+    for extra in extras:
+        reqs += dist.extras_require[extra]
+    return reqs
+
+
+def satisfying_version(spec: str) -> str:
+    from packaging.requirements import Requirement
+
+    req = Requirement(spec)
+    mentioned = [s.version for s in req.specifier] + ["1.0", "99.0"]
+    for candidate in sorted(mentioned, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)), reverse=True):
+        if req.specifier.contains(candidate, prereleases=True):
+            return candidate
+    raise AssertionError(f"no stub version satisfies {spec}")
+
+
+@pytest.fixture(scope="module")
+def user_env(tmp_path_factory):
+    setuptools_version = tuple(int(x) for x in md.version("setuptools").split(".")[:2])
+    if setuptools_version < (70, 1):
+        pytest.skip("needs setuptools >= 70.1 here (bdist_wheel built in) to serve as the offline build backend")
+    root = tmp_path_factory.mktemp("install")
+    links = root / "links"
+    links.mkdir()
+    for name, (version, requires) in USER.items():
+        wheel(links, name, version, requires)
+        wheel(links, name, NEWER[name])
+    from packaging.requirements import Requirement
+
+    for spec in plugin_requirements(["test", "logging"]):
+        name = Requirement(spec).name
+        if name not in USER:
+            wheel(links, name, satisfying_version(spec))
+    for name in ("cffi", "cython", "regex", "tqdm", "bitarray", "sacrebleu"):  # fairseq's own
+        if not list(links.glob(f"{name}-*")):
+            wheel(links, name, "2.0")
+    repack_installed(links, "setuptools")
+    # pip 23 adds `wheel` to the build requirements of a project without pyproject.toml: the copy
+    # that setuptools vendors
+    vendored = Path(md.distribution("setuptools").locate_file("setuptools/_vendor"))
+    (info,) = vendored.glob("wheel-*.dist-info")
+    wheel(links, "wheel", info.name[len("wheel-"):-len(".dist-info")],
+          files={str(f.relative_to(vendored)): f.read_bytes() for f in (vendored / "wheel").rglob("*.py")})
+
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "VIRTUAL_ENV", "CONDA"))}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv), PIP_CONFIG_FILE=os.devnull,
+               PIP_NO_INDEX="1", PIP_FIND_LINKS=str(links), PIP_DISABLE_PIP_VERSION_CHECK="1", IMPORT_CHECK="0")
+    pins = [f"{name}=={version}" for name, (version, _) in USER.items()]
+    subprocess.run(["python", "-m", "pip", "install", "-q", *pins], check=True, env=env, timeout=300)
+    return venv, env
+
+
+def freeze(env):
+    out = subprocess.run(["python", "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    pairs = (line.split("==", 1) for line in out.splitlines() if "==" in line)
+    return {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in pairs}
+
+
+def install(env, *args, **settings):
+    return subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), *args], capture_output=True, text=True,
+                          env={**env, **settings}, timeout=600)
+
+
+def test_existing_environment_is_kept(user_env):
+    venv, env = user_env
+    before = freeze(env)
+    assert {k: before[k] for k in USER} == {k: v for k, (v, _) in USER.items()}
+    constraints = venv / "fairseq_csan-constraints.txt"
+
+    dry = install(env, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "torch 1.13.1 is installed: kept" in dry.stdout
+    assert "fairseq is installed (fairseq==0.12.2): kept" in dry.stdout
+    for name, (version, _) in USER.items():
+        assert f"\n{name}=={version}\n" in dry.stdout  # the constraints it would write
+    planned = [line for line in dry.stdout.splitlines() if line.startswith("python ")]
+    pip_installs = [line for line in planned if " -m pip install " in line]
+    assert len(pip_installs) == 1 and " -c " in pip_installs[0]  # no torch, no fairseq: the plugin alone
+    assert freeze(env) == before and not constraints.exists()  # a dry run changes nothing
+
+    done = install(env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ran = [line.split("[install] run: ", 1)[1] for line in done.stdout.splitlines() if "[install] run: " in line]
+    assert ran == planned[:len(ran)] and len(ran) == len(planned)  # the dry run printed what the run did
+    after = freeze(env)
+    assert {k: after[k] for k in USER} == {k: before[k] for k in USER}  # torch, fairseq and their pins kept
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing installed before changed
+    assert {"fairseq-csan", "sacrebleu", "subword-nmt", "sacremoses", "pytest", "tensorboard"} <= set(after)
+    assert constraints.read_text().split() == [f"{k}=={v}" for k, v in
+                                               [("torch", "1.13.1"), ("torchaudio", "0.13.1"), ("numpy", "1.24.4"),
+                                                ("fairseq", "0.12.2"), ("hydra-core", "1.0.7"), ("omegaconf", "2.0.6")]]
+    check = subprocess.run(["python", "-m", "pip", "check"], capture_output=True, text=True, env=env)
+    assert check.returncode == 0, check.stdout
+
+
+def test_bad_settings_fail_before_any_change(user_env):
+    venv, env = user_env
+    before = freeze(env)
+    other = install(env, FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1")
+    assert other.returncode == 1 and "FAIRSEQ_SPEC=fairseq-fixed==0.12.3.1, but a fairseq is installed" in other.stderr
+    bad = install(env, IMPORT_CHECK="yes")
+    assert bad.returncode == 2 and "IMPORT_CHECK must be 0 or 1" in bad.stderr
+    assert freeze(env) == before
+
+
+def test_fresh_environment_plan(tmp_path):
+    """In a venv without torch or fairseq: torch, numpy and cython, fairseq-fixed, then the plugin (README's path)."""
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "TORCH_",
+                                                                     "FAIRSEQ_"))}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv))
+    dry = install(env, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    pip = [line.replace("\\", "") for line in dry.stdout.splitlines() if " -m pip install " in line]
+    assert pip[0] == "python -m pip install torch==2.13.0"
+    assert pip[1].endswith(" numpy cython")
+    assert pip[2] == "python -m pip install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1"
+    assert pip[3].endswith(f"-e {REPO}[test,logging]") and len(pip) == 4
+    assert "torch==2.13.0\nfairseq-fixed==0.12.3.1\nEOF" in dry.stdout
