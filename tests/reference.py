@@ -282,3 +282,52 @@ def skip_without_cpu_kernels(dtype):
         F.linear(x, x, x[0]), F.layer_norm(x, (2,)), torch.softmax(x, -1), F.dropout(x, 0.5, training=True)
     except RuntimeError as error:
         pytest.skip(f"torch {torch.__version__} has no {dtype} CPU kernels ({str(error).splitlines()[0]})")
+
+
+# ---- refusals of bad settings ---------------------------------------------------------------------
+def assert_refused(arch, flags, message, capsys) -> str:
+    """``flags`` on ``arch`` are refused with ``message``. A bad value of one flag is refused
+    when the command line is parsed (argparse's usage error, its last line naming the flag), and
+    again at model build when the same value comes past the parser (a checkpoint's or a script's
+    args); a bad combination is refused at build. Returns where: "parse" or "build"."""
+    import re
+
+    import pytest
+    from fairseq.tasks.translation import TranslationTask
+
+    from conftest import TINY, build_model, make_dictionary, parse_model_args
+
+    try:
+        parse_model_args(arch, TINY + flags)
+    except SystemExit as stop:
+        assert stop.code == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"error: argument {flags[0]}" in last, last
+        assert re.search(message, last) or f"invalid choice: {flags[1]!r}" in last, last
+        args = parse_model_args(arch, TINY)
+        value = flags[1]
+        for convert in (int, float):
+            try:
+                value = convert(flags[1])
+                break
+            except ValueError:
+                pass
+        setattr(args, flags[0][2:].replace("-", "_"), value)
+        d = make_dictionary()
+        with pytest.raises(ValueError, match=message):
+            TranslationTask(args, d, d).build_model(args)
+        return "parse"
+    with pytest.raises(ValueError, match=message):
+        build_model(arch, TINY + flags)
+    return "build"
+
+
+def n_params(model) -> int:
+    """The model's parameter count, as a paper reports it: without the copies of the encoder
+    layers' weights that fairseq 0.12.2 registers as parameters for its fused inference path
+    (fairseq_csan/models/variant_transformer.py, ``_FUSED_PATH_COPIES``). Our layers hold none;
+    fairseq's own Transformer, the reference of these counts, does under 0.12.2."""
+    from fairseq_csan.models.variant_transformer import _FUSED_PATH_COPIES
+
+    return sum(p.numel() for name, p in model.named_parameters()
+               if not (".layers." in name and name.rsplit(".", 1)[-1] in _FUSED_PATH_COPIES))

@@ -12,6 +12,7 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_vaswani_wmt_en_de_big,
 )
 
+from ..modules.context_gating import CONTEXT_DEFAULTS, CTXAWARE_TYPE
 from .variant_transformer import apply_variant_defaults
 
 
@@ -50,9 +51,8 @@ def transformer_csan2d_big(args):
 
 
 def _ctxaware_defaults(args):
-    args.ctx_type = getattr(args, "ctx_type", None) or "deep-global+deep"
-    args.ctx_side = getattr(args, "ctx_side", None) or "encoder"
-    args.ctx_gate = getattr(args, "ctx_gate", None) or "both"
+    for flag, value in {"ctx_type": CTXAWARE_TYPE, **CONTEXT_DEFAULTS}.items():
+        setattr(args, flag, getattr(args, flag, None) or value)
 
 
 @register_model_architecture("transformer_variant", "transformer_ctxaware")
@@ -85,7 +85,8 @@ def transformer_csan2d_ctxaware_big(args):
 # ---- the locality baselines of the CSAN paper's Table 1 -----------------------------------
 # "re-implemented under the same framework": each replaces the self-attention of the same
 # lowest K = 3 encoder layers as CSAN (--csan-layers). Their settings are their source papers'
-# (VARIANT_DEFAULTS); the big twins differ only where a source paper gives a big setting.
+# (each variant class's ``defaults`` and ``big_defaults``); the big twins differ only where a
+# source paper gives a big setting.
 
 BASELINES = ["bidirect", "relpos", "neighbor", "local_hard", "local_soft", "block", "cnn"]
 

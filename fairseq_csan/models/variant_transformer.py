@@ -24,8 +24,9 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import SELF_ATTENTION_VARIANTS, SelfAttention, get_self_attention
-from ..modules.context_gating import CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES, ContextHistory, context_aware
-from ..modules.registry import add_self_attention_args, check_foreign_flags
+from ..modules.context_gating import (CONTEXT_DEFAULTS, CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES, ContextHistory,
+                                      context_aware)
+from ..modules.registry import add_self_attention_args, check_foreign_flags, flag_type, variant_defaults
 
 
 # fairseq 0.12.2 (that release only: not 0.12.1, 0.12.3, GitHub main or fairseq-fixed) gives its
@@ -157,32 +158,19 @@ class ContextTransformerDecoder(TransformerDecoder):
             return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state, *args, **kwargs)
 
 
-# Each variant's settings when its flags are not given, as (base, big): the papers' values
-# (CSAN: M = 11, N = 3; the baselines: their source papers', see architectures.py). Applied
-# for whichever variant a model uses, named by its architecture or by --encoder-self-attention.
-VARIANT_DEFAULTS = {
-    "standard": ({}, {}),
-    "csan1d": ({"csan_window": 11},) * 2,
-    "csan2d": ({"csan_window": 11, "csan_heads": 3},) * 2,
-    "bidirect": ({}, {}),  # Shen et al. 2018a, DiSAN
-    "relpos": ({"relpos_clip": 16, "relpos_tables": "per-head"},  # Shaw et al. 2018, section 4.1
-               {"relpos_clip": 8, "relpos_tables": "shared"}),
-    "neighbor": ({}, {}),  # Sperber et al. 2018
-    "local_hard": ({"local_window": 10.0},) * 2,  # Luong et al. 2015, local-p
-    "local_soft": ({}, {}),  # Yang et al. 2018
-    "block": ({"block_size": 4},) * 2,  # Shen et al. 2018b, Bi-BloSAN
-    "cnn": ({"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"},) * 2,  # Yu et al. 2018, QANet
-}
-
-
 def apply_variant_defaults(args, big: bool):
-    """Fill in the settings of ``args.encoder_self_attention`` that no flag gave; a variant
-    goes in the lowest 3 encoder layers unless --csan-layers says otherwise."""
+    """Fill in the settings of ``args.encoder_self_attention`` that no flag gave (the papers'
+    values, see each variant's ``defaults``); a variant goes in the lowest 3 encoder layers
+    unless --csan-layers says otherwise."""
     variant = args.encoder_self_attention
-    args.csan_layers = getattr(args, "csan_layers", 0 if variant == "standard" else 3)
-    base, big_defaults = VARIANT_DEFAULTS.get(variant, ({}, {}))
-    for name, value in (big_defaults if big else base).items():
-        setattr(args, name, getattr(args, name, value))
+    if getattr(args, "csan_layers", None) is None:
+        args.csan_layers = 0 if variant == "standard" else 3
+    if variant not in SELF_ATTENTION_VARIANTS:
+        return  # check_variant_args names the allowed ones
+    # each variant's defaults are declared once, on its class (``defaults``, ``big_defaults``)
+    for name, value in variant_defaults(get_self_attention(variant), big).items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
 
 
 def check_variant_args(args):
@@ -191,7 +179,8 @@ def check_variant_args(args):
     get_self_attention(args.encoder_self_attention).check_args(args)
     check_context_args(args)
     layers = getattr(args, "csan_layers", None)
-    if not isinstance(layers, int) or not 0 <= layers <= args.encoder_layers:
+    _check_layer_count(layers)
+    if layers > args.encoder_layers:
         raise ValueError(
             f"--csan-layers must be an integer from 0 to the number of encoder layers "
             f"(--encoder-layers {args.encoder_layers}); got {layers!r}"
@@ -202,6 +191,11 @@ def check_variant_args(args):
             "architecture, or --encoder-self-attention); this model's encoder uses 'standard', "
             "which would ignore it"
         )
+
+
+def _check_layer_count(layers):
+    if not isinstance(layers, int) or layers < 0:
+        raise ValueError(f"--csan-layers must be an integer from 0 to the number of encoder layers; got {layers!r}")
 
 
 def check_context_args(args):
@@ -248,23 +242,25 @@ class VariantTransformerModel(TransformerModel):
                  + ", ".join(sorted(SELF_ATTENTION_VARIANTS)),
         )
         parser.add_argument(
-            "--csan-layers", type=int, metavar="K",
+            "--csan-layers", type=flag_type(int, _check_layer_count), metavar="K",
             help="number of lowest encoder layers that use the variant (papers: 3 of 6)",
         )
         add_self_attention_args(parser)
         parser.add_argument(
-            "--ctx-type", metavar="TYPE",
+            "--ctx-type", choices=CONTEXT_TYPES, metavar="TYPE",
             help="context-aware self-attention (Yang et al., AAAI 2019): the context that gates "
                  f"queries and keys, one of {', '.join(CONTEXT_TYPES)}; off unless set "
                  "(*_ctxaware architectures: deep-global+deep)",
         )
         parser.add_argument(
-            "--ctx-side", metavar="SIDE",
-            help=f"where context gating applies, one of {', '.join(CONTEXT_SIDES)} (default: encoder)",
+            "--ctx-side", choices=CONTEXT_SIDES, metavar="SIDE",
+            help=f"where context gating applies, one of {', '.join(CONTEXT_SIDES)} "
+                 f"(default: {CONTEXT_DEFAULTS['ctx_side']})",
         )
         parser.add_argument(
-            "--ctx-gate", metavar="GATE",
-            help=f"which projections are gated, one of {', '.join(CONTEXT_GATES)} (default: both)",
+            "--ctx-gate", choices=CONTEXT_GATES, metavar="GATE",
+            help=f"which projections are gated, one of {', '.join(CONTEXT_GATES)} "
+                 f"(default: {CONTEXT_DEFAULTS['ctx_gate']})",
         )
 
     @classmethod
@@ -274,8 +270,8 @@ class VariantTransformerModel(TransformerModel):
         for flag in ("ctx_type", "ctx_side", "ctx_gate"):
             setattr(args, flag, getattr(args, flag, None))
         if args.ctx_type is not None:
-            args.ctx_side = args.ctx_side or "encoder"
-            args.ctx_gate = args.ctx_gate or "both"
+            for flag, value in CONTEXT_DEFAULTS.items():
+                setattr(args, flag, getattr(args, flag) or value)
         base_architecture(args)  # the Transformer's defaults, so the checks see final values
         check_variant_args(args)
         return super().build_model(args, task)

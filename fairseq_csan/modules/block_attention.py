@@ -39,7 +39,7 @@ from torch import Tensor
 
 from .attention_core import sentence_positions
 from .directional_attention import DirectionalAttention
-from .registry import register_self_attention
+from .registry import flag_type, register_self_attention
 
 
 def _check_block_size(size):
@@ -53,8 +53,9 @@ class BlockSelfAttention(DirectionalAttention):
     and Bi-BloSAN's gates."""
 
     supports_context = False
+    defaults = {"block_size": 4}  # see the module docstring
 
-    def __init__(self, embed_dim: int, num_heads: int, block_size: int = 4, **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, block_size: int = defaults["block_size"], **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         _check_block_size(block_size)
         self.block_size = block_size
@@ -69,7 +70,7 @@ class BlockSelfAttention(DirectionalAttention):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--block-size", type=int, metavar="R",
+            "--block-size", type=flag_type(int, _check_block_size), metavar="R",
             help="BLOCK: tokens per block r (default 4, near Bi-BloSAN's (2n)^(1/3) for n ~ 30)",
         )
 

@@ -43,6 +43,10 @@ from torch import Tensor
 CONTEXT_TYPES = ("global", "deep", "deep-global", "deep-global+deep")
 CONTEXT_SIDES = ("encoder", "decoder", "both")
 CONTEXT_GATES = ("query", "key", "both")
+# Where gating applies and what it gates when --ctx-type is given alone; the *_ctxaware
+# architectures also set --ctx-type: the AAAI paper's best, deep-global+deep (Table 1 row 5).
+CONTEXT_DEFAULTS = {"ctx_side": "encoder", "ctx_gate": "both"}
+CTXAWARE_TYPE = "deep-global+deep"
 
 
 def context_layers(ctx_type: str, layer: int) -> Tuple[List[int], List[int]]:

@@ -28,16 +28,29 @@ from fairseq.modules import LayerNorm
 from torch import Tensor
 
 from .attention_core import SelfAttention
-from .registry import register_self_attention
+from .registry import flag_type, register_self_attention
 
 CONV_KINDS = ("separable", "full")
 
 
-def _check(layers, kernel, kind):
+# QANet's (Yu et al. 2018) encoder block: 4 depthwise-separable convolutions of width 7
+DEFAULTS = {"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"}
+
+
+def _check_layers(layers):
     if not isinstance(layers, int) or layers < 1:
-        raise ValueError(f"--cnn-layers must be a positive integer (QANet: 4); got {layers!r}")
+        raise ValueError(f"--cnn-layers must be a positive integer (QANet: {DEFAULTS['cnn_layers']}); got {layers!r}")
+
+
+def _check_kernel(kernel):
     if not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
-        raise ValueError(f"--cnn-kernel must be a positive odd integer, centred on the token (QANet: 7); got {kernel!r}")
+        raise ValueError(f"--cnn-kernel must be a positive odd integer, centred on the token "
+                         f"(QANet: {DEFAULTS['cnn_kernel']}); got {kernel!r}")
+
+
+def _check(layers, kernel, kind):
+    _check_layers(layers)
+    _check_kernel(kernel)
     if kind not in CONV_KINDS:
         raise ValueError(f"--cnn-conv must be one of {', '.join(CONV_KINDS)}; got {kind!r}")
 
@@ -68,9 +81,10 @@ class ConvolutionFrontAttention(SelfAttention):
     """C convolution sublayers (QANet) in front of standard self-attention."""
 
     supports_context = False
+    defaults = DEFAULTS
 
-    def __init__(self, embed_dim: int, num_heads: int, conv_layers: int = 4, kernel: int = 7,
-                 conv: str = "separable", **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, conv_layers: int = DEFAULTS["cnn_layers"],
+                 kernel: int = DEFAULTS["cnn_kernel"], conv: str = DEFAULTS["cnn_conv"], **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         _check(conv_layers, kernel, conv)
         self.kernel, self.conv_kind = kernel, conv
@@ -78,12 +92,13 @@ class ConvolutionFrontAttention(SelfAttention):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--cnn-layers", type=int, metavar="C",
-                            help="CNNs: convolution sublayers in front of the self-attention (QANet: 4)")
-        parser.add_argument("--cnn-kernel", type=int, metavar="W",
-                            help="CNNs: convolution kernel width, odd (QANet: 7)")
-        parser.add_argument("--cnn-conv", metavar="KIND",
-                            help=f"CNNs: {' or '.join(CONV_KINDS)} convolutions (QANet: separable)")
+        parser.add_argument("--cnn-layers", type=flag_type(int, _check_layers), metavar="C",
+                            help="CNNs: convolution sublayers in front of the self-attention "
+                                 f"(default: QANet's {DEFAULTS['cnn_layers']})")
+        parser.add_argument("--cnn-kernel", type=flag_type(int, _check_kernel), metavar="W",
+                            help=f"CNNs: convolution kernel width, odd (default: QANet's {DEFAULTS['cnn_kernel']})")
+        parser.add_argument("--cnn-conv", choices=CONV_KINDS, metavar="KIND",
+                            help=f"CNNs: {' or '.join(CONV_KINDS)} convolutions (default: QANet's {DEFAULTS['cnn_conv']})")
 
     @classmethod
     def check_args(cls, args):

@@ -42,7 +42,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .attention_core import SelfAttention, sentence_positions
-from .registry import register_self_attention
+from .registry import flag_type, register_self_attention
 
 _BIAS_FLOOR = -1e4
 _WIDTH_FLOOR = 1e-6
@@ -56,7 +56,7 @@ def _check_hidden(hidden):
 def _check_window(window):
     if not isinstance(window, (int, float)) or isinstance(window, bool) or not window > 0:
         raise ValueError(
-            f"--local-window must be a positive number of tokens D (sigma = D / 2; Luong et al.: 10); got {window!r}"
+            f"--local-window must be a positive number of tokens D (sigma = D / 2); got {window!r}"
         )
 
 
@@ -79,7 +79,7 @@ class GaussianBiasAttention(SelfAttention):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--locality-hidden", type=int, metavar="N",
+            "--locality-hidden", type=flag_type(int, _check_hidden), metavar="N",
             help="NEIGHBOR / LOCAL_HARD / LOCAL_SOFT: rows of W_p, the predictor's hidden size "
                  "(default: the model dimension d, as in Yang et al. 2018)",
         )
@@ -129,8 +129,9 @@ class LocalHardAttention(GaussianBiasAttention):
     """Predicted centre, fixed width D (Luong et al. 2015, local-p)."""
 
     predicts_width = False
+    defaults = {"local_window": 10.0}  # Luong et al. 2015, local-p: D = 10
 
-    def __init__(self, embed_dim: int, num_heads: int, window: float = 10, **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, window: float = defaults["local_window"], **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         _check_window(window)
         self.window = window
@@ -138,8 +139,9 @@ class LocalHardAttention(GaussianBiasAttention):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--local-window", type=float, metavar="D",
-            help="LOCAL_HARD: the fixed window D of the Gaussian, sigma = D / 2 (Luong et al. 2015: 10)",
+            "--local-window", type=flag_type(float, _check_window), metavar="D",
+            help="LOCAL_HARD: the fixed window D of the Gaussian, sigma = D / 2 "
+                 f"(default: Luong et al. 2015's {LocalHardAttention.defaults['local_window']:g})",
         )
 
     @classmethod

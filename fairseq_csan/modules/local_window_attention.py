@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .attention_core import SelfAttention
 from .banded_attention import banded_attention
-from .registry import register_self_attention
+from .registry import flag_type, register_self_attention
 
 IMPLEMENTATIONS = ("auto", "dense", "banded")
 # From how many tokens ``auto`` takes the banded path: the crossover measured on our 2-core CPU
@@ -47,7 +47,7 @@ BANDED_FROM = {"1D": 256, "2D": 128}
 
 
 def _check_area_heads(area_heads, num_heads: int):
-    _positive_odd(area_heads, "--csan-heads", "head area")
+    _check_heads(area_heads)
     if area_heads > num_heads:
         raise ValueError(
             f"--csan-heads must be at most the number of attention heads "
@@ -60,9 +60,12 @@ def _check_impl(impl):
         raise ValueError(f"--csan-impl must be one of {', '.join(IMPLEMENTATIONS)}; got {impl!r}")
 
 
-def _impl(args) -> str:
-    impl = getattr(args, "csan_impl", None)
-    return "auto" if impl is None else impl
+def _check_window(window):
+    _positive_odd(window, "--csan-window", "window")
+
+
+def _check_heads(area_heads):
+    _positive_odd(area_heads, "--csan-heads", "head area")
 
 
 def _positive_odd(value, flag: str, meaning: str):
@@ -78,10 +81,12 @@ class LocalWindowAttention(SelfAttention):
     """1D-CSAN: attention restricted to a window of ``window`` tokens centred on the query."""
 
     half_heads = 0  # n: 1D-CSAN's area is its own head
+    defaults = {"csan_window": 11, "csan_impl": "auto"}  # the papers' best M = 11
 
-    def __init__(self, embed_dim: int, num_heads: int, window: int = 11, impl: str = "auto", **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, window: int = defaults["csan_window"],
+                 impl: str = defaults["csan_impl"], **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        _positive_odd(window, "--csan-window", "window")
+        _check_window(window)
         _check_impl(impl)
         self.window = window
         self.half_window = (window - 1) // 2  # m
@@ -90,11 +95,12 @@ class LocalWindowAttention(SelfAttention):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--csan-window", type=int, metavar="M",
-            help="CSAN window size M in tokens, odd, centred on the query (papers' best: 11)",
+            "--csan-window", type=flag_type(int, _check_window), metavar="M",
+            help="CSAN window size M in tokens, odd, centred on the query "
+                 f"(default: the papers' best, {LocalWindowAttention.defaults['csan_window']})",
         )
         parser.add_argument(
-            "--csan-impl", metavar="IMPL",
+            "--csan-impl", choices=IMPLEMENTATIONS, metavar="IMPL",
             help=f"how CSAN attention is computed, exactly alike: dense (masked T x T kernel), banded "
                  f"(O(T*M) blocks, for long inputs) or auto (the default: banded from {BANDED_FROM['1D']} "
                  f"tokens, 2D-CSAN from {BANDED_FROM['2D']})",
@@ -102,12 +108,12 @@ class LocalWindowAttention(SelfAttention):
 
     @classmethod
     def check_args(cls, args):
-        _positive_odd(getattr(args, "csan_window", None), "--csan-window", "window")
-        _check_impl(_impl(args))
+        _check_window(getattr(args, "csan_window", None))
+        _check_impl(getattr(args, "csan_impl", None))
 
     @classmethod
     def options(cls, args) -> dict:
-        return {"window": args.csan_window, "impl": _impl(args)}
+        return {"window": args.csan_window, "impl": args.csan_impl}
 
     def uses_banded(self, seq_len: int) -> bool:
         """Whether a sequence of ``seq_len`` slots takes the banded path."""
@@ -138,7 +144,10 @@ class LocalWindowAttention(SelfAttention):
 class CrossHeadWindowAttention(LocalWindowAttention):
     """2D-CSAN: one softmax over ``area_heads`` adjacent heads x ``window`` tokens."""
 
-    def __init__(self, embed_dim: int, num_heads: int, window: int = 11, area_heads: int = 3, **kwargs):
+    defaults = {"csan_heads": 3}  # the papers' best N = 3
+
+    def __init__(self, embed_dim: int, num_heads: int, window: int = LocalWindowAttention.defaults["csan_window"],
+                 area_heads: int = defaults["csan_heads"], **kwargs):
         super().__init__(embed_dim, num_heads, window=window, **kwargs)  # impl among kwargs
         _check_area_heads(area_heads, num_heads)
         self.area_heads = area_heads  # N
@@ -147,9 +156,10 @@ class CrossHeadWindowAttention(LocalWindowAttention):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--csan-heads", type=int, metavar="N",
-            help="2D-CSAN area height N in heads, odd, at most the number of heads "
-                 "(papers' best: 3); heads beyond the first and last are masked",
+            "--csan-heads", type=flag_type(int, _check_heads), metavar="N",
+            help="2D-CSAN area height N in heads, odd, at most the number of heads (default: the "
+                 f"papers' best, {CrossHeadWindowAttention.defaults['csan_heads']}); heads beyond the "
+                 "first and last are masked",
         )
 
     @classmethod

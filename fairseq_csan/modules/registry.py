@@ -5,7 +5,8 @@ registered under a short name. The encoder looks a name up once, when it builds 
 self-attention of each layer that uses the variant; nothing else branches on the name.
 """
 
-from typing import Dict, Type
+import argparse
+from typing import Callable, Dict, Type
 
 SELF_ATTENTION_VARIANTS: Dict[str, Type] = {}
 
@@ -67,3 +68,34 @@ def check_foreign_flags(variant: str, args):
                     f"(--encoder-self-attention, set by transformer_{owners[0]}*); this model "
                     f"uses {variant!r}, which would ignore it"
                 )
+
+
+def flag_type(convert: Callable, check: Callable) -> Callable:
+    """An argparse ``type=`` that runs a flag's one check (a function raising ``ValueError``
+    with the message, also called at model build): a bad value is a usage error when the
+    command line is parsed, ``argument --csan-window: --csan-window must be ...``."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = text  # the check names what is allowed
+        try:
+            check(value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+
+    parse.__name__ = convert.__name__
+    return parse
+
+
+def variant_defaults(variant_cls, big: bool) -> dict:
+    """The flag defaults a variant declares (``defaults``, and ``big_defaults`` for the big
+    architectures), its own and those of the classes it extends."""
+    values = {}
+    for cls in reversed(variant_cls.__mro__):
+        values.update(vars(cls).get("defaults", {}))
+        if big:
+            values.update(vars(cls).get("big_defaults", {}))
+    return values

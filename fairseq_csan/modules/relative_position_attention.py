@@ -27,14 +27,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .attention_core import SelfAttention
-from .registry import register_self_attention
+from .registry import flag_type, register_self_attention
 
 TABLES = ("per-head", "shared")
 
 
-def _check(clip, tables):
+def _check_clip(clip):
     if not isinstance(clip, int) or clip < 1:
-        raise ValueError(f"--relpos-clip must be a positive integer (Shaw et al.: 16 base, 8 big); got {clip!r}")
+        raise ValueError(f"--relpos-clip must be a positive integer; got {clip!r}")
+
+
+def _check(clip, tables):
+    _check_clip(clip)
     if tables not in TABLES:
         raise ValueError(f"--relpos-tables must be one of {', '.join(TABLES)}; got {tables!r}")
 
@@ -43,7 +47,12 @@ def _check(clip, tables):
 class RelativePositionAttention(SelfAttention):
     """Self-attention with clipped relative position representations on keys and values."""
 
-    def __init__(self, embed_dim: int, num_heads: int, clip: int = 16, tables: str = "per-head", **kwargs):
+    # Shaw et al. 2018, section 4.1: k = 16 and a table per head for base, k = 8 shared for big
+    defaults = {"relpos_clip": 16, "relpos_tables": "per-head"}
+    big_defaults = {"relpos_clip": 8, "relpos_tables": "shared"}
+
+    def __init__(self, embed_dim: int, num_heads: int, clip: int = defaults["relpos_clip"],
+                 tables: str = defaults["relpos_tables"], **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         _check(clip, tables)
         self.clip, self.tables = clip, tables
@@ -57,13 +66,16 @@ class RelativePositionAttention(SelfAttention):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--relpos-clip", type=int, metavar="K",
-            help="REL_POS: relative distances are clipped to [-K, K] (Shaw et al.: 16 base, 8 big)",
+            "--relpos-clip", type=flag_type(int, _check_clip), metavar="K",
+            help="REL_POS: relative distances are clipped to [-K, K] (default: Shaw et al.'s "
+                 f"{RelativePositionAttention.defaults['relpos_clip']} base, "
+                 f"{RelativePositionAttention.big_defaults['relpos_clip']} big)",
         )
         parser.add_argument(
-            "--relpos-tables", metavar="KIND",
+            "--relpos-tables", choices=TABLES, metavar="KIND",
             help="REL_POS: one table per head or one shared by the heads, per layer "
-                 "(Shaw et al.: per-head base, shared big)",
+                 f"(default: Shaw et al.'s {RelativePositionAttention.defaults['relpos_tables']} base, "
+                 f"{RelativePositionAttention.big_defaults['relpos_tables']} big)",
         )
 
     @classmethod
