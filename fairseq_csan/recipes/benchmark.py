@@ -38,10 +38,27 @@ token ids, side by side in one process in rounds as above:
   4. the whole model's training step (forward + backward, targets as long as the sources) of
      transformer_csan1d/csan2d at --csan-layers 3 against transformer's.
 A dense attention whose scores would take more than --dense-limit-gb is not run (the table
-says so). --parts takes only some of the four; warm-up rounds run at the first length only.
+says so). --parts takes only some of the four; warm-up rounds run at the first length only
+(on a GPU at every length: a new shape's first call allocates memory). On a GPU, part 2 is the
+peak of torch.cuda.max_memory_allocated over what was allocated before, in this process.
 
-usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long] [--size base|big] [--rounds 5]
-                                   [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1]
+--mode crossover: from how many tokens the banded path is faster than the dense one, on this
+device and in this precision: the attention of part 1 above, 1D and 2D, at each of --lengths
+(32 .. 512), with --warmup rounds at every length. The crossover of a CSAN is the shortest
+measured length from which the banded path's median speed-up is above 1 at that length and every
+longer one; the table sets it beside the plugin's BANDED_FROM, which --csan-impl auto uses on
+every device.
+
+--device cuda times on the GPU: batches and models live there, and each timed call is bracketed
+by torch.cuda.synchronize(), so a time covers the kernels the call queued, not only their launch.
+--precision fp16 / bf16 cast the model to that type, as fairseq-train and fairseq-generate do with
+--fp16 / --bf16 (the loss and the log-probabilities stay in float32, as there); fp32 is the default.
+--all times every architecture of docs/speed.md (Table 1 and the two context-aware models);
+--model-flags adds fairseq model flags to every model (e.g. smaller dimensions).
+
+usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long|crossover] [--size base|big]
+                                   [--device cpu|cuda] [--precision fp32|fp16|bf16] [--rounds 5]
+                                   [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1 | --all]
                                    [--lengths 256 ... 8192] [--tokens 8192] [--parts attention memory encoder whole]
                                    [--out FILE]
 """
@@ -51,6 +68,7 @@ import ctypes
 import os
 import platform
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -62,8 +80,10 @@ import torch.nn.functional as F
 
 import fairseq_csan  # noqa: F401  (registers the architectures)
 from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
+from fairseq_csan.modules.local_window_attention import BANDED_FROM
 from fairseq import options
 from fairseq.data import Dictionary
+from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq.tasks.translation import TranslationTask
 
@@ -72,6 +92,11 @@ DEFAULT_LENGTHS = Path("data/wmt14_en_de/raw/test")  # newstest2014 as examples/
 BASELINE = {"base": "transformer", "big": "transformer_vaswani_wmt_en_de_big"}
 TABLE1 = ["transformer_bidirect", "transformer_relpos", "transformer_neighbor", "transformer_local_hard",
           "transformer_local_soft", "transformer_block", "transformer_cnn", "transformer_csan1d", "transformer_csan2d"]
+ALL = TABLE1 + ["transformer_ctxaware", "transformer_csan2d_ctxaware"]  # every row of docs/speed.md
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PRECISION_TEXT = {"fp32": "fp32 (float32 weights and activations)",
+                  "fp16": "fp16 (the model cast to float16, as fairseq's --fp16 does)",
+                  "bf16": "bf16 (the model cast to bfloat16, as fairseq's --bf16 does)"}
 MALLOC_TUNING = {
     "MALLOC_MMAP_THRESHOLD_": str(4 << 30),
     "MALLOC_TRIM_THRESHOLD_": str(64 << 30),
@@ -79,14 +104,21 @@ MALLOC_TUNING = {
 }
 
 
-def build(arch, dictionary, seed=0, extra=()):
+def build(arch, dictionary, seed=0, extra=(), device="cpu", dtype=torch.float32):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
         parser, ["/dev/null", "--task", "translation", "-s", "src", "-t", "tgt", "--arch", arch,
                  "--share-all-embeddings", *extra])
     task = TranslationTask(args, dictionary, dictionary)
     torch.manual_seed(seed)
-    return task.build_model(args).train()
+    return task.build_model(args).to(device=device, dtype=dtype).train()
+
+
+def make_dictionary(vocab):
+    dictionary = Dictionary()
+    for i in range(vocab - len(dictionary)):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary
 
 
 def length_pairs(prefix: Path, max_len: int):
@@ -154,6 +186,30 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+def timed(step, device):
+    """Seconds one call of ``step`` takes. On a GPU the device is synchronised before and after,
+    so that the time covers the kernels the call queued, not only their launch."""
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    step()
+    sync()
+    return time.perf_counter() - start
+
+
+def machine(args, tuned):
+    """The line of a table that says where it was measured, in which precision."""
+    versions = f"torch {torch.__version__}, Python {platform.python_version()}"
+    if args.device == "cuda":
+        where = (f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, TF32 matmul "
+                 f"{'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}), host {cpu_name()}, {versions}, "
+                 "torch.cuda.synchronize() around each timed call")
+    else:
+        where = (f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, {versions}, "
+                 f"malloc tuning {'on' if tuned else 'off'}")
+    return f"Machine: {where}. Precision: {PRECISION_TEXT[args.precision]}."
+
+
 def train_step(model, batch):
     src, src_lengths, prev, tgt = batch
     logits, _ = model(src, src_lengths, prev)
@@ -173,14 +229,15 @@ def decode_step(model, batch, dictionary, beam):
 # ---- --mode long: long inputs, dense against banded CSAN ----------------------------------------
 LONG_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 LONG_PARTS = ["attention", "memory", "encoder", "whole"]
-ATTENTION = {"1D": ("csan1d", {"window": 11}), "2D": ("csan2d", {"window": 11, "area_heads": 3})}
+CROSSOVER_LENGTHS = [32, 48, 64, 96, 128, 160, 192, 256, 384, 512]
+ATTENTION = {"1D": ("csan1d", {"window": 11}), "2D": ("csan2d", {"window": 11, "area_heads": 3})}  # keys of BANDED_FROM
 PROBE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}  # freed memory goes back
 
 
-def attention_only(variant, impl, embed_dim=512, heads=8):
+def attention_only(variant, impl, embed_dim=512, heads=8, device="cpu", dtype=torch.float32):
     """The CSAN sub-layer without its four projections: its ``attend_heads`` with X as Q, K, V."""
     name, opts = ATTENTION[variant]
-    module = SELF_ATTENTION_VARIANTS[name](embed_dim, heads, impl=impl, **opts).train()
+    module = SELF_ATTENTION_VARIANTS[name](embed_dim, heads, impl=impl, **opts).to(device=device, dtype=dtype).train()
     module.q_proj = module.k_proj = module.v_proj = torch.nn.Identity()
     return module
 
@@ -190,10 +247,10 @@ def attention_step(module, x):
     module.attend_heads(x).sum().backward()
 
 
-def dense_score_gb(variant, T, B, heads=8):
-    """Size of the dense path's float32 scores alone."""
+def dense_score_gb(variant, T, B, heads=8, dtype=torch.float32):
+    """Size of the dense path's scores alone."""
     area = ATTENTION[variant][1].get("area_heads", 1)
-    return B * heads * T * area * T * 4 / 1e9
+    return B * heads * T * area * T * torch.empty((), dtype=dtype).element_size() / 1e9
 
 
 def _proc_status(field):
@@ -215,6 +272,17 @@ def probe_memory(variant, impl, T, B):
     return _proc_status("VmHWM") - before
 
 
+def cuda_peak_memory(module, x):
+    """Peak CUDA memory allocated during one forward + backward of the attention, over what was
+    allocated before it, in bytes."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    attention_step(module, x)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 def peak_memory(variant, impl, T, B):
     trim_malloc()  # the probe's memory adds to what this process holds
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_TUNING}
@@ -231,7 +299,7 @@ def trim_malloc():
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def side_by_side(steps, rounds, warmup):
+def side_by_side(steps, rounds, warmup, device="cpu"):
     """Seconds per call of each step, per round, in rounds of A B C C B A (see the docstring)."""
     names = list(steps)
     seconds = {n: [] for n in names}
@@ -239,9 +307,7 @@ def side_by_side(steps, rounds, warmup):
         order = names[r % len(names):] + names[: r % len(names)]
         elapsed = dict.fromkeys(names, 0.0)
         for name in order + order[::-1]:
-            start = time.perf_counter()
-            steps[name]()
-            elapsed[name] += (time.perf_counter() - start) / 2
+            elapsed[name] += timed(steps[name], device) / 2
         if r >= warmup:
             for name in names:
                 seconds[name].append(elapsed[name])
@@ -262,14 +328,14 @@ def throughput_rows(T, B, seconds):
             for name, sec in seconds.items()]
 
 
-def long_batch(T, B, vocab, seed):
+def long_batch(T, B, vocab, seed, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
     src = torch.randint(4, vocab, (B, T), generator=gen)
     src[:, -1] = 2
     tgt = torch.randint(4, vocab, (B, T), generator=gen)
     tgt[:, -1] = 2
     prev = torch.cat([torch.full((B, 1), 2), tgt[:, :-1]], dim=1)
-    return src, torch.full((B,), T), prev, tgt
+    return tuple(t.to(device) for t in (src, torch.full((B,), T), prev, tgt))
 
 
 def encoder_step(model, batch):
@@ -283,129 +349,279 @@ def log(message):
     print(f"[benchmark] {message}", file=sys.stderr, flush=True)
 
 
+def attention_paths(variant, T, B, x, args, warmup):
+    """Part 1 (and 2) at one length: the attention on both paths, side by side. Returns the table
+    rows and the banded path's median speed-up (None where the dense path was not run)."""
+    device, dtype = args.device, PRECISIONS[args.precision]
+    paths = {impl: attention_only(variant, impl, device=device, dtype=dtype) for impl in ("dense", "banded")}
+    gb = dense_score_gb(variant, T, B, dtype=dtype)
+    if gb > args.dense_limit_gb:
+        steps = {"banded": lambda: attention_step(paths["banded"], x)}
+    else:
+        steps = {impl: (lambda m=m: attention_step(m, x)) for impl, m in paths.items()}
+    skipped = f"not run (scores alone {gb:.1f} GB)"
+    memory_row = attn_row = speedup = None
+    if "memory" in args.parts:  # first, while this process holds little memory
+        if device == "cuda":
+            mem = {impl: cuda_peak_memory(paths[impl], x) for impl in steps}
+        else:
+            mem = {impl: peak_memory(variant, impl, T, B) for impl in steps}
+        mem_dense, mem_ratio = skipped, skipped
+        if "dense" in mem:
+            mem_dense, mem_ratio = f"{mem['dense'] / 2**20:.1f}", f"{mem['dense'] / mem['banded']:.1f}"
+        memory_row = f"| {T} | {B} | {variant} | {mem_dense} | {mem['banded'] / 2**20:.1f} | {mem_ratio} |"
+        log(f"T={T} memory: {memory_row}")
+    if "attention" in args.parts:
+        sec = side_by_side(steps, args.rounds, warmup, device)
+        banded_ms = statistics.median(sec["banded"]) * 1e3
+        if "dense" in sec:
+            speedup, low, high = median_ratio(sec["banded"], sec["dense"])
+            ratio = f"{speedup:.2f}x ({low:.2f}-{high:.2f})"
+            dense_ms = f"{statistics.median(sec['dense']) * 1e3:.1f}"
+        else:
+            ratio = dense_ms = skipped
+        attn_row = f"| {T} | {B} | {variant} | {dense_ms} | {banded_ms:.1f} | {ratio} |"
+        log(f"T={T} attention: {attn_row}")
+    return attn_row, memory_row, speedup
+
+
+def crossover(speedups):
+    """The shortest length from which the banded path is faster (median speed-up above 1) at that
+    length and at every longer one measured; None if it is not faster at the longest.
+    ``speedups``: {length: median speed-up, or None where the dense path was not run (too big)}."""
+    found = None
+    for T in sorted(speedups, reverse=True):
+        if speedups[T] is not None and speedups[T] <= 1:
+            break
+        found = T
+    return found
+
+
+def warmup_at(args, T):
+    """Warm-up rounds at this length: on a GPU and in --mode crossover at every length, otherwise
+    at the first only (the first calls of a model are slow; later ones not)."""
+    every = args.device == "cuda" or args.mode == "crossover"
+    return args.warmup if every or T == args.lengths[0] else 0
+
+
+ATTENTION_TITLE = ("Attention alone (no projections), forward + backward, window 11 (2D: 3 heads x 11 tokens), "
+                   "8 heads of 64, no padding; time per call (median over rounds); speed-up = dense / banded "
+                   "within a round, median (range):")
+ATTENTION_HEADER = "| T | B | CSAN | dense ms | banded ms | banded speed-up |"
+
+
+def markdown(sections):
+    """Titled tables, the empty ones left out."""
+    lines = []
+    for title, header, rows in sections:
+        if rows:
+            lines += [title, "", header, "|---" * (header.count("|") - 1) + "|", *rows, ""]
+    return lines[:-1]
+
+
 def long_inputs(args, dictionary):
     """--mode long: the four tables of the module docstring, as markdown lines."""
+    device, dtype = args.device, PRECISIONS[args.precision]
     positions = ["--max-source-positions", str(max(args.lengths) + 2), "--max-target-positions", str(max(args.lengths) + 2)]
     encoders = {"transformer": []}
     for variant in ("csan1d", "csan2d"):
         for K in (3, 6):
             encoders[f"transformer_{variant} K={K}"] = [f"transformer_{variant}", "--csan-layers", str(K)]
-    models = {name: build(extra[0] if extra else "transformer", dictionary, extra=[*positions, *extra[1:]])
+    models = {name: build(extra[0] if extra else "transformer", dictionary, extra=[*positions, *extra[1:], *args.model_flags],
+                          device=device, dtype=dtype)
               for name, extra in encoders.items()} if {"encoder", "whole"} & set(args.parts) else {}
     whole = ["transformer", "transformer_csan1d K=3", "transformer_csan2d K=3"]
     attn_rows, memory_rows, encoder_rows, whole_rows = [], [], [], []
     for T in args.lengths:
         B = max(1, args.tokens // T)
-        warmup = args.warmup if T == args.lengths[0] else 0  # the first calls of a model are slow; later ones not
+        warmup = warmup_at(args, T)
         torch.manual_seed(args.seed)
-        x = torch.randn(T, B, 512, requires_grad=True)
+        x = torch.randn(T, B, 512, device=device, dtype=dtype, requires_grad=True)
         for variant in ATTENTION if {"attention", "memory"} & set(args.parts) else ():
-            paths = {impl: attention_only(variant, impl) for impl in ("dense", "banded")}
-            gb = dense_score_gb(variant, T, B)
-            if gb > args.dense_limit_gb:
-                steps = {"banded": lambda: attention_step(paths["banded"], x)}
-            else:
-                steps = {impl: (lambda m=m: attention_step(m, x)) for impl, m in paths.items()}
-            skipped = f"not run (scores alone {gb:.1f} GB)"
-            if "memory" in args.parts:  # first, while this process holds little memory
-                mem = {impl: peak_memory(variant, impl, T, B) for impl in steps}
-                mem_dense, mem_ratio = skipped, skipped
-                if "dense" in mem:
-                    mem_dense, mem_ratio = f"{mem['dense'] / 2**20:.1f}", f"{mem['dense'] / mem['banded']:.1f}"
-                memory_rows.append(f"| {T} | {B} | {variant} | {mem_dense} | {mem['banded'] / 2**20:.1f} | {mem_ratio} |")
-                log(f"T={T} memory: {memory_rows[-1]}")
-            if "attention" in args.parts:
-                sec = side_by_side(steps, args.rounds, warmup)
-                banded_ms = statistics.median(sec["banded"]) * 1e3
-                if "dense" in sec:
-                    ratio = "{:.2f}x ({:.2f}-{:.2f})".format(*median_ratio(sec["banded"], sec["dense"]))
-                    dense_ms = f"{statistics.median(sec['dense']) * 1e3:.1f}"
-                else:
-                    ratio = dense_ms = skipped
-                attn_rows.append(f"| {T} | {B} | {variant} | {dense_ms} | {banded_ms:.1f} | {ratio} |")
-                log(f"T={T} attention: {attn_rows[-1]}")
-        batch = long_batch(T, B, len(dictionary), args.seed)
+            attn_row, memory_row, _ = attention_paths(variant, T, B, x, args, warmup)
+            attn_rows += [attn_row] if attn_row else []
+            memory_rows += [memory_row] if memory_row else []
+        batch = long_batch(T, B, len(dictionary), args.seed, device)
         if "encoder" in args.parts:
             steps = {n: (lambda m=m: encoder_step(m, batch)) for n, m in models.items()}
-            encoder_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup))
+            encoder_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup, device))
             log(f"T={T} encoder: {' '.join(encoder_rows[-len(steps):])}")
         if "whole" in args.parts and T <= args.whole_max_len:
             steps = {n: (lambda m=models[n]: train_step(m, batch)) for n in whole}
-            whole_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup))
+            whole_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup, device))
             log(f"T={T} whole model: {' '.join(whole_rows[-len(steps):])}")
-    sections = [
-        ("Attention alone (no projections), forward + backward, window 11 (2D: 3 heads x 11 tokens), "
-         "8 heads of 64, no padding; time per call (median over rounds); speed-up = dense / banded "
-         "within a round, median (range):",
-         "| T | B | CSAN | dense ms | banded ms | banded speed-up |", attn_rows),
-        ("Peak memory of that attention (forward + backward), each path alone in a fresh process "
-         "(peak resident size over the size before):",
-         "| T | B | CSAN | dense MiB | banded MiB | dense / banded |", memory_rows),
+    if device == "cuda":
+        memory_title = ("Peak CUDA memory of that attention (forward + backward), each path in turn in this process "
+                        "(peak allocated over the allocated before):")
+    else:
+        memory_title = ("Peak memory of that attention (forward + backward), each path alone in a fresh process "
+                        "(peak resident size over the size before):")
+    return markdown([
+        (ATTENTION_TITLE, ATTENTION_HEADER, attn_rows),
+        (memory_title, "| T | B | CSAN | dense MiB | banded MiB | dense / banded |", memory_rows),
         ("Encoder forward + backward (automatic path), source tokens/s (median) and ratio to "
          "transformer's encoder within a round, median (range); K = --csan-layers:",
          "| T | B | encoder | tokens/s | ratio to transformer |", encoder_rows),
         (f"Whole model, training forward + backward (targets as long as the sources, {len(dictionary)}-word "
          "joined dictionary), K = 3; tokens/s counts source tokens:",
          "| T | B | model | tokens/s | ratio to transformer |", whole_rows),
-    ]
-    lines = []
-    for title, header, rows in sections:
-        if rows:
-            lines += [title, "", header, "|---" * (header.count("|") - 1) + "|",
-                      *rows, ""]
-    return lines[:-1]
+    ])
 
 
-def main():
+def crossover_table(args):
+    """--mode crossover: the attention on both paths at every length, and where banded overtakes."""
+    device, dtype = args.device, PRECISIONS[args.precision]
+    args.parts = ["attention"]
+    rows, speedups = [], {variant: {} for variant in ATTENTION}
+    for T in args.lengths:
+        B = max(1, args.tokens // T)
+        torch.manual_seed(args.seed)
+        x = torch.randn(T, B, 512, device=device, dtype=dtype, requires_grad=True)
+        for variant in ATTENTION:
+            row, _, speedups[variant][T] = attention_paths(variant, T, B, x, args, warmup_at(args, T))
+            rows.append(row)
+    summary = []
+    for variant in ATTENTION:
+        found = crossover(speedups[variant])
+        measured = (f"from {found} tokens" if found is not None
+                    else f"not reached (dense faster or as fast at {max(args.lengths)})")
+        if found == min(args.lengths):
+            measured += " (the shortest measured: it may lie below)"
+        summary.append(f"| {variant} | {measured} | from {BANDED_FROM[variant]} tokens |")
+    return [*markdown([(ATTENTION_TITLE, ATTENTION_HEADER, rows)]), "",
+            "Crossover: the shortest measured length from which the banded path is faster (median speed-up "
+            "above 1) there and at every longer length, against the plugin's BANDED_FROM "
+            "(fairseq_csan/modules/local_window_attention.py), which --csan-impl auto uses on every device:",
+            "", "| CSAN | banded faster here | plugin's auto path: banded |", "|---|---|---|", *summary]
+
+
+def positive(kind, least=1):
+    def parse(text):
+        value = kind(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {text}")
+        return value
+    return parse
+
+
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
-    parser.add_argument("--table1", action="store_true",
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
+    chosen.add_argument("--table1", action="store_true",
                         help="instead of --archs: the CSAN paper's Table 1 (seven baselines, csan1d, csan2d)")
-    parser.add_argument("--mode", choices=["train", "decode", "long"], default="train")
+    chosen.add_argument("--all", action="store_true",
+                        help="instead of --archs: every row of docs/speed.md (Table 1 and the two context-aware models)")
+    parser.add_argument("--mode", choices=["train", "decode", "long", "crossover"], default="train")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to time (default cpu)")
+    parser.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                        help="fp32 (default), or the model cast to fp16 / bf16 as fairseq's --fp16 / --bf16 do")
     parser.add_argument("--size", choices=["base", "big"], default="base")
-    parser.add_argument("--max-tokens", type=int, default=4096, help="training batch size in tokens")
-    parser.add_argument("--batch-size", type=int, default=64, help="decoding batch size in sentences")
-    parser.add_argument("--beam", type=int, default=4, help="decoding beam size")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (one batch per model each)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (--mode long: at the first length)")
-    parser.add_argument("--vocab", type=int, default=32000, help="joined dictionary size")
+    parser.add_argument("--model-flags", type=shlex.split, default=[], metavar="'FLAGS'",
+                        help="fairseq model flags added to every model, in one quoted string")
+    parser.add_argument("--max-tokens", type=positive(int), default=4096, help="training batch size in tokens")
+    parser.add_argument("--batch-size", type=positive(int), default=64, help="decoding batch size in sentences")
+    parser.add_argument("--beam", type=positive(int), default=4, help="decoding beam size")
+    parser.add_argument("--rounds", type=positive(int), default=5, help="timed rounds (one batch per model each)")
+    parser.add_argument("--warmup", type=positive(int, 0), default=1,
+                        help="untimed rounds first (--mode long: at the first length; on a GPU and in "
+                             "--mode crossover: at every length)")
+    parser.add_argument("--vocab", type=positive(int, 5), default=32000, help="joined dictionary size")
     parser.add_argument("--lengths-from", type=Path, default=DEFAULT_LENGTHS,
                         help="prefix of an .en/.de pair of files whose word counts give the lengths "
                              f"(default: {DEFAULT_LENGTHS}, newstest2014 in the README's prepared WMT14 task)")
-    parser.add_argument("--max-len", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--max-len", type=positive(int), default=128)
+    parser.add_argument("--threads", type=positive(int), default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc malloc's defaults")
-    parser.add_argument("--lengths", type=int, nargs="+", default=LONG_LENGTHS, help="--mode long: sequence lengths")
-    parser.add_argument("--tokens", type=int, default=8192, help="--mode long: tokens per batch")
+    parser.add_argument("--lengths", type=positive(int), nargs="+",
+                        help=f"--mode long: sequence lengths (default {' '.join(map(str, LONG_LENGTHS))}); "
+                             f"--mode crossover: the same (default {' '.join(map(str, CROSSOVER_LENGTHS))})")
+    parser.add_argument("--tokens", type=positive(int), default=8192, help="--mode long and crossover: tokens per batch")
     parser.add_argument("--dense-limit-gb", type=float, default=4.0,
-                        help="--mode long: skip a dense attention whose float32 scores alone exceed this")
+                        help="--mode long and crossover: skip a dense attention whose scores alone exceed this")
     parser.add_argument("--whole-max-len", type=int, default=4096,
                         help="--mode long: time the whole model's training step up to this length")
     parser.add_argument("--parts", nargs="+", choices=LONG_PARTS, default=LONG_PARTS,
                         help="--mode long: which of the four measurements to take")
     parser.add_argument("--probe-memory", nargs=4, metavar=("CSAN", "IMPL", "T", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.lengths is None:
+        args.lengths = CROSSOVER_LENGTHS if args.mode == "crossover" else LONG_LENGTHS
+    return args
+
+
+def refuse(message):
+    """A bad configuration: one line naming the flag, exit status 2 (as argparse's own errors)."""
+    print(f"benchmark: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_device(args):
+    if args.device != "cuda":
+        return
+    if not torch.cuda.is_available():
+        refuse("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
+    if args.precision == "bf16" and not torch.cuda.is_bf16_supported():
+        refuse(f"--precision bf16: {torch.cuda.get_device_name()} has no bfloat16 support; use fp16 or fp32")
+
+
+def main():
+    args = parse_args()
     if args.probe_memory:  # a child of --mode long: one measurement, printed
         variant, impl, T, B = args.probe_memory
         print(probe_memory(variant, impl, int(T), int(B)))
         return
+    check_device(args)
+    if args.mode in ("train", "decode"):
+        architectures(args)  # an unknown one fails here, before any work
+    if args.mode in ("train", "decode") and not Path(f"{args.lengths_from}.en").exists():
+        refuse(f"--lengths-from: no length source at {args.lengths_from}.en; give --lengths-from PREFIX "
+               "(an .en/.de pair, e.g. newstest2014)")
     tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
     if not args.no_malloc_tuning and not tuned and platform.system() == "Linux":
         os.execve(sys.executable, [sys.executable, "-m", MODULE, *sys.argv[1:]], {**os.environ, **MALLOC_TUNING})
     torch.set_num_threads(args.threads)
+    dictionary = make_dictionary(args.vocab)
     if args.mode == "long":
-        return main_long(args, tuned)
+        lines = [
+            f"Long inputs, base dimensions (d 512, 8 heads, 6 + 6 layers), batches of {args.tokens} tokens "
+            f"(B = {args.tokens} / T sentences of T tokens), {args.rounds} rounds (A B C C B A) at each length, "
+            f"after {args.warmup} warm-up round{'s' if args.warmup != 1 else ''} at "
+            f"{'each length' if args.device == 'cuda' else 'the first'}"
+            f"{'; models with ' + ' '.join(args.model_flags) if args.model_flags else ''}.",
+            machine(args, tuned), "", *long_inputs(args, dictionary)]
+    elif args.mode == "crossover":
+        lines = [
+            f"Dense against banded CSAN attention, batches of {args.tokens} tokens (B = {args.tokens} / T sentences "
+            f"of T tokens), {args.rounds} rounds (A B C C B A) at each length after {args.warmup} warm-up.",
+            machine(args, tuned), "", *crossover_table(args)]
+    else:
+        lines = sentences(args, dictionary, tuned)
+    lines += ["", "Command: python -m fairseq_csan.recipes.benchmark " + " ".join(map(shlex.quote, sys.argv[1:]))]
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
 
-    if not Path(f"{args.lengths_from}.en").exists():
-        sys.exit(f"no length source at {args.lengths_from}.en; give --lengths-from PREFIX")
-    dictionary = Dictionary()
-    for i in range(args.vocab - len(dictionary)):
-        dictionary.add_symbol(f"w{i}")
-    baseline = BASELINE[args.size]
-    chosen = TABLE1 if args.table1 else args.archs
-    archs = [baseline] + [a if args.size == "base" or a.endswith("_big") else a + "_big" for a in chosen]
+
+def architectures(args):
+    """The baseline first, then the chosen architectures, at --size."""
+    chosen = ALL if args.all else TABLE1 if args.table1 else args.archs
+    archs = [BASELINE[args.size]] + [a if args.size == "base" or a.endswith("_big") else a + "_big" for a in chosen]
+    unknown = [a for a in archs if a not in ARCH_MODEL_REGISTRY]
+    if unknown:
+        refuse(f"--archs/--size: no architecture {', '.join(unknown)} (big variants exist for "
+               f"{', '.join(a for a in ARCH_MODEL_REGISTRY if a.endswith('_big') and a.startswith('transformer_'))})")
+    return archs
+
+
+def sentences(args, dictionary, tuned):
+    """--mode train / decode: the models side by side on sentence-level batches; the table's lines."""
+    device, dtype = args.device, PRECISIONS[args.precision]
+    archs = architectures(args)
+    baseline = archs[0]
     pairs = length_pairs(args.lengths_from, args.max_len)
     n_batches = args.warmup + args.rounds
     if args.mode == "train":
@@ -414,7 +630,10 @@ def main():
     else:
         batches = make_source_batches(pairs, args.batch_size, len(dictionary), n_batches, args.seed)
         step = lambda model, batch: decode_step(model, batch, dictionary, args.beam)  # noqa: E731
-    models = {a: build(a, dictionary) for a in archs}
+    if len(batches) < n_batches:
+        refuse(f"--rounds/--warmup: {n_batches} batches needed, {args.lengths_from} gives {len(batches)}")
+    batches = [tuple(t.to(device) for t in batch) for batch in batches]
+    models = {a: build(a, dictionary, extra=args.model_flags, device=device, dtype=dtype) for a in archs}
     if args.mode == "decode":
         for model in models.values():
             model.eval()
@@ -427,9 +646,7 @@ def main():
         units = int(batch[3].ne(1).sum()) if args.mode == "train" else batch[0].size(0)
         elapsed = dict.fromkeys(archs, 0.0)
         for arch in order + order[::-1]:
-            start = time.perf_counter()
-            step(models[arch], batch)
-            elapsed[arch] += time.perf_counter() - start
+            elapsed[arch] += timed(lambda: step(models[arch], batch), device)
         if r >= args.warmup:
             for arch in archs:
                 tokens[arch].append(2 * units)
@@ -437,21 +654,21 @@ def main():
         label = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
         what = f"{units} target tokens" if args.mode == "train" else f"source length up to {batch[0].size(1)}"
         ratios = " ".join(f"{a} {elapsed[baseline] / elapsed[a]:.3f}" for a in archs[1:])
-        print(f"[benchmark] {label}: {batch[0].size(0)} sentences, {what}; ratios {ratios}", file=sys.stderr)
+        log(f"{label}: {batch[0].size(0)} sentences, {what}; ratios {ratios}")
 
     src_len = statistics.mean(p[0] for p in pairs)
+    dims = f"{args.size} dimensions" + (f" with {' '.join(args.model_flags)}" if args.model_flags else "")
     if args.mode == "train":
-        what = f"Training throughput, forward + backward, {args.size} dimensions, batches of at most {args.max_tokens} tokens"
+        what = f"Training throughput, forward + backward, {dims}, batches of at most {args.max_tokens} tokens"
         unit = "target tokens/s"
     else:
-        what = (f"Beam-search decoding throughput (beam {args.beam}, length penalty 0.6), {args.size} dimensions, "
+        what = (f"Beam-search decoding throughput (beam {args.beam}, length penalty 0.6), {dims}, "
                 f"batches of {args.batch_size} sentences, each decoded to the batch's longest source length")
         unit = "sentences/s"
     lines = [
         f"{what} (mean source length {src_len:.1f} tokens, lengths of "
         f"{args.lengths_from.name}), {args.rounds} rounds (A B C C B A) after {args.warmup} warm-up.",
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, torch {torch.__version__}, "
-        f"Python {platform.python_version()}, malloc tuning {'on' if tuned else 'off'}.",
+        machine(args, tuned),
         "",
         f"| architecture | parameters | {unit} (median) | ratio to baseline (median) | ratio range |",
         "|---|---|---|---|---|",
@@ -463,32 +680,7 @@ def main():
             f"| {arch} | {params[arch] / 1e6:.2f}M | {statistics.median(tps):.{0 if args.mode == 'train' else 2}f} | "
             f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |"
         )
-    lines += ["", "Command: python -m fairseq_csan.recipes.benchmark " + " ".join(sys.argv[1:])]
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        args.out.write_text(table + "\n", encoding="utf-8")
-
-
-def main_long(args, tuned):
-    dictionary = Dictionary()
-    for i in range(args.vocab - len(dictionary)):
-        dictionary.add_symbol(f"w{i}")
-    lines = [
-        f"Long inputs, base dimensions (d 512, 8 heads, 6 + 6 layers), batches of {args.tokens} tokens "
-        f"(B = {args.tokens} / T sentences of T tokens), {args.rounds} rounds (A B C C B A) at each length, "
-        f"after {args.warmup} warm-up round at the first.",
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, torch {torch.__version__}, "
-        f"Python {platform.python_version()}, malloc tuning {'on' if tuned else 'off'}.",
-        "",
-        *long_inputs(args, dictionary),
-        "",
-        "Command: python -m fairseq_csan.recipes.benchmark " + " ".join(sys.argv[1:]),
-    ]
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        args.out.write_text(table + "\n", encoding="utf-8")
+    return lines
 
 
 if __name__ == "__main__":
