@@ -1,8 +1,16 @@
 """fairseq_csan: Convolutional and Context-Aware Self-Attention Networks for fairseq.
 
-fairseq itself is installed by scripts/install.sh, not listed below: the only fairseq release
-that imports on Python 3.11 (fairseq-fixed 0.12.3.1) declares torchaudio, and pip would then
-replace torch 2.13 with the older torch that the newest torchaudio pins. See docs/troubleshooting.md.
+Supported: Python 3.8-3.13, torch 1.13-2.13, and one fairseq of: fairseq 0.12.2 (PyPI),
+fairseq from GitHub main, fairseq-fixed 0.12.3.1 (docs/troubleshooting.md).
+
+fairseq itself is not listed below, on purpose. fairseq 0.12.2 and fairseq-fixed are two
+distributions of one module, ``fairseq``: naming either here would make pip install it over the
+other (their files overwrite each other) in an environment that already has one, and fairseq
+0.12.2 does not import on Python >= 3.11. scripts/install.sh keeps an installed fairseq, or
+installs fairseq-fixed where there is none (with ``--no-deps``: it declares torchaudio, which
+would replace torch). The requirements below are what the plugin needs beside it; hydra-core
+and omegaconf take the range that both fairseq 0.12.2's pins (hydra-core 1.0.x, omegaconf
+2.0.x) and fairseq-fixed's (1.3.2, 2.3.0) fall in, so an installed fairseq keeps its own.
 """
 
 from setuptools import find_packages, setup
@@ -23,9 +31,10 @@ setup(
         "torch>=1.13",
         "sacrebleu>=2.0",
         "subword-nmt>=0.3.8",
-        # fairseq-fixed 0.12.3.1's own requirements, less torchaudio (translation never imports it)
-        "hydra-core==1.3.2",
-        "omegaconf==2.3.0",
+        # fairseq's own requirements (of 0.12.2 and of fairseq-fixed 0.12.3.1, where install.sh
+        # installs it with --no-deps), less torchaudio (translation never imports it)
+        "hydra-core>=1.0.7,<1.4",
+        "omegaconf>=2.0.6,<2.4",
         "numpy>=1.21.3",
         "regex",
         "tqdm",
