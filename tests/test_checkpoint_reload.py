@@ -78,3 +78,37 @@ def test_no_layer_of_ours_holds_fused_path_copies():
     model, _, _ = build_model("transformer_csan2d", TINY)
     names = [n for n, _ in model.named_parameters()]
     assert not [n for n in names if n.rsplit(".", 1)[-1] in ("in_proj_weight", "fc1_weight", "fc2_weight")]
+
+
+# ---- a checkpoint of other settings is refused, as fairseq's Trainer loads it on resume ----------
+@pytest.mark.parametrize("saved,loaded,named", [
+    (("transformer_csan2d", []), ("transformer_csan1d", []), ["--arch transformer_csan2d", "--arch transformer_csan1d",
+                                                              "--encoder-self-attention csan2d (checkpoint) vs csan1d"]),
+    (("transformer_csan1d", []), ("transformer_csan1d", ["--csan-window", "5"]), ["--csan-window 11 (checkpoint) vs 5"]),
+    (("transformer_csan2d", []), ("transformer_csan2d", ["--csan-layers", "2"]), ["--csan-layers 3 (checkpoint) vs 2"]),
+    (("transformer_ctxaware", []), ("transformer_ctxaware", ["--ctx-gate", "query"]), ["--ctx-gate both (checkpoint) vs query"]),
+    (("transformer_ctxaware", []), ("transformer_csan1d", ["--csan-layers", "0"]), ["--ctx-type deep-global+deep (checkpoint) vs None"]),
+])
+def test_a_checkpoint_of_other_settings_is_refused_naming_them(saved, loaded, named):
+    source, _, _ = build_model(saved[0], TINY + saved[1])
+    target, args, _ = build_model(loaded[0], TINY + loaded[1])
+    state = source.state_dict()
+    with pytest.raises(ValueError) as refusal:  # Trainer.load_checkpoint's call
+        target.load_state_dict(state, strict=True, model_cfg=convert_namespace_to_omegaconf(args).model)
+    for words in named:
+        assert words in str(refusal.value)
+
+
+def test_how_the_attention_is_computed_is_no_difference():
+    source, _, _ = build_model("transformer_csan2d", TINY)
+    target, _, _ = build_model("transformer_csan2d", TINY + ["--csan-impl", "banded"])
+    target.load_state_dict(source.state_dict(), strict=True)
+
+
+def test_a_checkpoint_without_settings_loads(tmp_path):
+    """Checkpoints written before the settings were kept, and fairseq's own Transformer's."""
+    stock, _, _ = build_model("transformer", TINY)
+    model, _, _ = build_model("transformer_csan1d", TINY + ["--csan-layers", "0"])
+    model.load_state_dict(stock.state_dict(), strict=True)
+    old = {k: v for k, v in model.state_dict().items() if k != model.SETTINGS_KEY}
+    model.load_state_dict(old, strict=True)

@@ -12,7 +12,10 @@ Vaswani et al., "Attention Is All You Need", NeurIPS 2017, with two changes that
 Everything else is fairseq's stock Transformer.
 """
 
+import json
 from functools import partial
+
+import torch
 
 from torch import nn
 
@@ -26,7 +29,8 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from ..modules import SELF_ATTENTION_VARIANTS, SelfAttention, get_self_attention
 from ..modules.context_gating import (CONTEXT_DEFAULTS, CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES, ContextHistory,
                                       context_aware)
-from ..modules.registry import add_self_attention_args, check_foreign_flags, flag_type, variant_defaults
+from ..modules.registry import (add_self_attention_args, check_foreign_flags, flag_type, model_defining_flags,
+                                variant_defaults)
 
 
 # fairseq 0.12.2 (that release only: not 0.12.1, 0.12.3, GitHub main or fairseq-fixed) gives its
@@ -227,6 +231,27 @@ def check_context_args(args):
                          "it cannot be combined with --cross-self-attention")
 
 
+def model_settings(args) -> dict:
+    """What defines the model beyond its parameter shapes, which a csan1d and a csan2d model,
+    say, share: the variant and its settings, K, context gating."""
+    flags = ["encoder_self_attention", "csan_layers", "ctx_type", "ctx_side", "ctx_gate",
+             *model_defining_flags(get_self_attention(args.encoder_self_attention))]
+    return {flag: getattr(args, flag, None) for flag in flags}
+
+
+def _encode(settings: dict, arch) -> torch.Tensor:
+    text = json.dumps({"arch": arch, "settings": settings}, sort_keys=True)
+    return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
+
+
+def _decode(tensor: torch.Tensor) -> dict:
+    return json.loads(bytes(tensor.tolist()).decode("utf-8"))
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 @register_model("transformer_variant")
 class VariantTransformerModel(TransformerModel):
     """The Transformer whose lowest ``--csan-layers`` encoder layers use a registered
@@ -262,6 +287,38 @@ class VariantTransformerModel(TransformerModel):
             help=f"which projections are gated, one of {', '.join(CONTEXT_GATES)} "
                  f"(default: {CONTEXT_DEFAULTS['ctx_gate']})",
         )
+
+    # A checkpoint carries the model's settings in its state dict (a buffer: tensors are what
+    # every loader, averaging included, handles), so that a checkpoint loaded into a model
+    # built with other settings is refused, naming them, instead of training or decoding as
+    # another model: fairseq-train resuming a transformer_csan2d folder with --arch
+    # transformer_csan1d loads the same parameter shapes without a word (the Trainer reads only
+    # the weights). fairseq-generate builds the model from the checkpoint's own settings; an
+    # override of how it is computed (--csan-impl) is no difference.
+    SETTINGS_KEY = "csan_model_settings"
+
+    def __init__(self, args, encoder, decoder):
+        super().__init__(args, encoder, decoder)
+        self.register_buffer(self.SETTINGS_KEY, _encode(model_settings(args), getattr(args, "arch", None)))
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        super().upgrade_state_dict_named(state_dict, name)
+        key = f"{name}.{self.SETTINGS_KEY}" if name else self.SETTINGS_KEY
+        ours = _decode(getattr(self, self.SETTINGS_KEY))
+        if key not in state_dict:  # a checkpoint from before the settings were kept, or fairseq's own model
+            state_dict[key] = getattr(self, self.SETTINGS_KEY).clone()
+            return
+        theirs = _decode(state_dict[key])
+        differ = [f for f in sorted(set(ours["settings"]) | set(theirs["settings"]))
+                  if ours["settings"].get(f) != theirs["settings"].get(f)]
+        if differ:
+            raise ValueError(
+                f"fairseq_csan: the checkpoint holds a model of --arch {theirs['arch']}, this command builds "
+                f"--arch {ours['arch']}, and they differ in "
+                + "; ".join(f"{_flag(f)} {theirs['settings'].get(f)} (checkpoint) vs {ours['settings'].get(f)} "
+                            "(this command)" for f in differ)
+                + ". Resume with the checkpoint's settings, or train into a new --save-dir."
+            )
 
     @classmethod
     def build_model(cls, args, task):

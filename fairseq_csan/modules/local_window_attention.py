@@ -82,6 +82,7 @@ class LocalWindowAttention(SelfAttention):
 
     half_heads = 0  # n: 1D-CSAN's area is its own head
     defaults = {"csan_window": 11, "csan_impl": "auto"}  # the papers' best M = 11
+    same_result_flags = ("csan_impl",)  # dense or banded: the same attention
 
     def __init__(self, embed_dim: int, num_heads: int, window: int = defaults["csan_window"],
                  impl: str = defaults["csan_impl"], **kwargs):

@@ -90,6 +90,17 @@ def flag_type(convert: Callable, check: Callable) -> Callable:
     return parse
 
 
+def model_defining_flags(variant_cls) -> list:
+    """The flags (argparse dests) of a variant and of the classes it extends that change what
+    the model computes: all but its ``same_result_flags`` (how it is computed, e.g. --csan-impl)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for cls in reversed(variant_cls.__mro__):
+        if "add_args" in vars(cls):
+            cls.add_args(parser)
+    same = getattr(variant_cls, "same_result_flags", ())
+    return [a.dest for a in parser._actions if a.dest not in same]
+
+
 def variant_defaults(variant_cls, big: bool) -> dict:
     """The flag defaults a variant declares (``defaults``, and ``big_defaults`` for the big
     architectures), its own and those of the classes it extends."""
