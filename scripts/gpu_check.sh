@@ -3,18 +3,22 @@
 #   1. tests/test_gpu.py: each architecture's forward and backward in fp16 and bf16 against fp32,
 #      incremental decoding against the full pass, a fairseq-train --fp16 smoke run per family,
 #      and two-GPU data parallelism when there are two GPUs;
-#   2. the training and beam-search decoding benchmark on the GPU (ratios to the Transformer);
+#   2. the benchmark on the GPU in each precision (docs/speed.md): training and beam-search decoding
+#      of every architecture against the Transformer, and the dense/banded CSAN crossover;
 #   3. the Multi30k reproduction on the GPU, several runs sharing it, trained to convergence.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 
 usage() {
   cat <<'EOF'
-usage: scripts/gpu_check.sh [--out DIR] [--only tests,benchmark,multi30k] [--multi30k-updates N]
-                            [--multi30k-jobs N] [--dry-run]
+usage: scripts/gpu_check.sh [--out DIR] [--only tests,benchmark,multi30k] [--precisions fp32,fp16,bf16]
+                            [--lengths-from PREFIX] [--multi30k-updates N] [--multi30k-jobs N] [--dry-run]
 
   --out DIR              logs, tables and the Multi30k runs (default runs/gpu_check)
   --only LIST            the steps to run, comma-separated (default: all three)
+  --precisions LIST      the benchmark's precisions, comma-separated (default fp32,fp16,bf16)
+  --lengths-from PREFIX  the benchmark's sentence lengths: an .en/.de pair (default
+                         data/wmt14_en_de/raw/test, newstest2014 as the WMT14 recipe prepares it)
   --multi30k-updates N   training updates per Multi30k run (default 6000: converged at this size)
   --multi30k-jobs N      Multi30k runs sharing the GPU at once (default 4)
   --dry-run              list what would run, and exit (works without a GPU)
@@ -25,10 +29,13 @@ die() { echo "[gpu_check] error: $*" >&2; exit 2; }
 say() { echo "[gpu_check] $*" >&2; }
 
 out="$ROOT/runs/gpu_check" only="tests,benchmark,multi30k" updates=6000 jobs=4 dry_run=0
+precisions="fp32,fp16,bf16" lengths="$ROOT/data/wmt14_en_de/raw/test"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
     --only) only="${2:?--only needs a list}"; shift 2 ;;
+    --precisions) precisions="${2:?--precisions needs a list}"; shift 2 ;;
+    --lengths-from) lengths="${2:?--lengths-from needs a file prefix}"; shift 2 ;;
     --multi30k-updates) updates="${2:?--multi30k-updates needs a number}"; shift 2 ;;
     --multi30k-jobs) jobs="${2:?--multi30k-jobs needs a number}"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -44,52 +51,54 @@ IFS=, read -r -a steps <<< "$only"
 for step in "${steps[@]}"; do
   case "$step" in tests|benchmark|multi30k) ;; *) die "--only takes tests, benchmark and multi30k, got '$step'" ;; esac
 done
+IFS=, read -r -a precision_list <<< "$precisions"
+[ ${#precision_list[@]} -ge 1 ] || die "--precisions needs at least one of fp32, fp16, bf16"
+for precision in "${precision_list[@]}"; do
+  case "$precision" in fp32|fp16|bf16) ;; *) die "--precisions takes fp32, fp16 and bf16, got '$precision'" ;; esac
+done
 
-# a script's GPU mode is used only where the script has one (it defines a --device option)
-has_device() { grep -qE "[\"']--device[\"']" "$1"; }
-
-# each step: a name, its command (shell-quoted) or a note saying why it does not run
-declare -a names=() commands=() notes=()
-add() { local name=$1 note=$2; shift 2; names+=("$name"); notes+=("$note"); commands+=("$(quoted "$@")"); }
-quoted() { local q=""; [ $# = 0 ] || q=$(printf '%q ' "$@"); printf '%s' "${q% }"; }
+# each step: a name and its command (shell-quoted)
+declare -a names=() commands=()
+add() { local name=$1; shift; names+=("$name"); commands+=("$(quoted "$@")"); }
+quoted() { local q; q=$(printf '%q ' "$@"); printf '%s' "${q% }"; }
 for step in "${steps[@]}"; do
   case "$step" in
     tests)
-      add tests "" python -m pytest -rs -v "$ROOT/tests/test_gpu.py" ;;
-    benchmark)
-      if has_device "$ROOT/fairseq_csan/recipes/benchmark.py"; then
+      add tests python -m pytest -rs -v "$ROOT/tests/test_gpu.py" ;;
+    benchmark)  # every row of docs/speed.md, and the crossover, in each precision
+      for precision in "${precision_list[@]}"; do
         for mode in train decode; do
-          add "benchmark-$mode" "" python -m fairseq_csan.recipes.benchmark --mode "$mode" --device cuda --table1 \
-            --out "$out/benchmark_$mode.md"
+          add "benchmark-$mode-$precision" python -m fairseq_csan.recipes.benchmark --mode "$mode" --device cuda \
+            --precision "$precision" --all --lengths-from "$lengths" --out "$out/benchmark_${mode}_$precision.md"
         done
-      else
-        add benchmark "not run: fairseq_csan/recipes/benchmark.py has no --device option, it times on the CPU only"
-      fi ;;
+        add "benchmark-crossover-$precision" python -m fairseq_csan.recipes.benchmark --mode crossover --device cuda \
+          --precision "$precision" --out "$out/benchmark_crossover_$precision.md"
+      done ;;
     multi30k)
-      if has_device "$ROOT/fairseq_csan/recipes/multi30k.py"; then
-        add multi30k "" python -m fairseq_csan.recipes.multi30k --device cuda --jobs "$jobs" \
-          --max-update "$updates" --out "$out/multi30k"
-      else
-        add multi30k "not run: fairseq_csan/recipes/multi30k.py has no --device option, it trains on the CPU only"
-      fi ;;
+      add multi30k python -m fairseq_csan.recipes.multi30k --device cuda --jobs "$jobs" \
+        --max-update "$updates" --out "$out/multi30k" ;;
   esac
 done
 
 if [ "$dry_run" = 1 ]; then
-  for i in "${!names[@]}"; do
-    if [ -n "${commands[$i]}" ]; then echo "${names[$i]}: ${commands[$i]}"; else echo "${names[$i]}: ${notes[$i]}"; fi
-  done
+  for i in "${!names[@]}"; do echo "${names[$i]}: ${commands[$i]}"; done
   exit 0
 fi
 
+if [[ ",$only," == *,benchmark,* ]] && [ ! -f "$lengths.en" ]; then
+  die "--lengths-from: no length source at $lengths.en (give an .en/.de pair, e.g. newstest2014)"
+fi
 gpus=$(python -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
 [ "$gpus" -ge 1 ] || die "no CUDA device here: these checks need a GPU (--dry-run lists them; the CPU-side checks are the normal test suite)"
+if [[ ",$only," == *,benchmark,* && ",$precisions," == *,bf16,* ]] &&
+   [ "$(python -c "import torch; print(int(torch.cuda.is_bf16_supported()))")" != 1 ]; then
+  die "--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16"
+fi
 mkdir -p "$out"
 say "$gpus GPU(s): $(python -c "import torch; print(torch.cuda.get_device_name(0))"); logs in $out"
 
 declare -a results=()
 for i in "${!names[@]}"; do
-  if [ -z "${commands[$i]}" ]; then results+=("${names[$i]}: ${notes[$i]}"); continue; fi
   log="$out/${names[$i]}.log"
   say "${names[$i]}: ${commands[$i]}"
   started=$SECONDS

@@ -1,0 +1,135 @@
+"""fairseq_csan.recipes.benchmark's devices, precisions and crossover, on the CPU: what it times
+(synchronised), in which precision, what it refuses, and how it reads a crossover. Its GPU run is
+in tests/test_gpu.py; the end-to-end runs of the CPU tables in tests/test_end_to_end.py."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, shared_corpus
+from fairseq_csan.modules.local_window_attention import BANDED_FROM
+from fairseq_csan.recipes import benchmark
+
+TINY_FLAGS = ("--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+              "--encoder-attention-heads 4 --decoder-attention-heads 4 --encoder-layers 3 --decoder-layers 1")
+
+
+def run(*options, timeout=300):
+    return subprocess.run([sys.executable, "-m", "fairseq_csan.recipes.benchmark", *map(str, options)],
+                          capture_output=True, text=True, cwd=REPO, timeout=timeout)
+
+
+def last_line(stderr):
+    return stderr.strip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------- timing and crossover
+
+def test_a_gpu_call_is_timed_between_two_synchronisations(monkeypatch):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: events.append("sync"))
+    seconds = benchmark.timed(lambda: events.append("step"), "cuda")
+    assert events == ["sync", "step", "sync"] and seconds >= 0
+
+
+def test_a_cpu_call_is_timed_without_cuda(monkeypatch):
+    def no_cuda(*a):
+        raise AssertionError("synchronised a GPU on the CPU")
+    monkeypatch.setattr(torch.cuda, "synchronize", no_cuda)
+    assert benchmark.timed(lambda: None, "cpu") >= 0
+
+
+@pytest.mark.parametrize("speedups, expected", [
+    ({64: 0.5, 128: 0.9, 256: 1.2, 512: 1.8}, 256),
+    ({64: 1.1, 128: 0.9, 256: 1.2, 512: 1.8}, 256),    # faster once below, slower after: not yet crossed
+    ({64: 1.1, 128: 1.3}, 64),                         # faster from the shortest measured
+    ({64: 0.5, 128: 1.3, 256: 0.99}, None),            # slower at the longest: no crossover
+    ({64: 0.5, 128: 1.0}, None),                       # as fast is not faster
+    ({64: 0.5, 128: 1.2, 256: None}, 128),             # dense too big to run at 256: banded wins there
+])
+def test_crossover_is_where_banded_stays_faster(speedups, expected):
+    assert benchmark.crossover(speedups) == expected
+
+
+def test_the_crossover_compares_with_the_plugins_own_keys():
+    assert set(benchmark.ATTENTION) == set(BANDED_FROM)
+
+
+# ---------------------------------------------------------------- precision, in process
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+@pytest.mark.parametrize("mode", ["train", "decode"])
+def test_the_models_run_in_the_chosen_precision(mode, precision, dtype, monkeypatch, tmp_path, capsys):
+    seen = []
+    step = "train_step" if mode == "train" else "decode_step"
+    monkeypatch.setattr(benchmark, step, lambda model, batch, *rest: seen.append(
+        (type(model).__name__, next(model.parameters()).dtype, batch[0].device.type)))
+    out = tmp_path / "table.md"
+    argv = [
+        "benchmark", "--mode", mode, "--precision", precision, "--no-malloc-tuning", "--archs", "transformer_csan2d",
+        "--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014", "--model-flags", TINY_FLAGS,
+        "--vocab", "100", "--max-tokens", "200", "--batch-size", "4", "--rounds", "2", "--warmup", "0",
+        "--out", out]
+    monkeypatch.setattr(sys, "argv", [str(a) for a in argv])
+    benchmark.main()
+    # two rounds, each model twice a round (A B B A)
+    assert sorted(set(seen)) == [("TransformerModel", dtype, "cpu"), ("VariantTransformerModel", dtype, "cpu")]
+    assert len(seen) == 2 * 2 * 2
+    table = out.read_text()
+    assert f"Precision: {precision} (the model cast to" in table
+    assert re.search(r"^\| transformer_csan2d \| 0\.\d\dM \|", table, re.M)
+    assert "Command: python -m fairseq_csan.recipes.benchmark --mode" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- refusals, one line naming the flag
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
+@pytest.mark.parametrize("mode", ["train", "decode", "long", "crossover"])
+def test_cuda_without_cuda_is_refused_in_one_line(mode, tmp_path):
+    done = run("--mode", mode, "--device", "cuda", "--out", tmp_path / "t.md")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert last_line(done.stderr) == ("benchmark: error: --device cuda: no CUDA device here "
+                                      "(torch.cuda.is_available() is False); use --device cpu")
+    assert "Traceback" not in done.stderr and not (tmp_path / "t.md").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--lengths-from", "/no/such/prefix"], "benchmark: error: --lengths-from: no length source at /no/such/prefix.en"),
+    (["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    (["--precision", "fp8"], "argument --precision: invalid choice: 'fp8'"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    (["--table1", "--all"], "argument --all: not allowed with argument --table1"),
+])
+def test_bad_options_are_refused_before_any_work(options, message):
+    done = run(*options)
+    assert done.returncode == 2 and message in last_line(done.stderr), done.stderr[-2000:]
+
+
+def test_too_few_batches_for_the_rounds_are_refused():
+    """Fewer batches than rounds would print a table that claims rounds it did not run."""
+    done = run("--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014", "--model-flags", TINY_FLAGS,
+               "--vocab", "100", "--max-tokens", "4096", "--rounds", "5000")
+    assert done.returncode == 2
+    assert re.fullmatch(r"benchmark: error: --rounds/--warmup: 5001 batches needed, .* gives \d+",
+                        last_line(done.stderr)), done.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- the crossover mode, end to end
+
+@pytest.mark.slow
+def test_crossover_mode_reports_each_csan_beside_the_plugins_choice(tmp_path):
+    out = tmp_path / "crossover.md"
+    done = run("--mode", "crossover", "--lengths", "16", "32", "--tokens", "64", "--rounds", "1", "--warmup", "0",
+               "--out", out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = out.read_text()
+    for T in (16, 32):
+        for variant in ("1D", "2D"):
+            assert re.search(rf"^\| {T} \| {64 // T} \| {variant} \| \d+\.\d \| \d+\.\d \| \d+\.\d\dx ", table, re.M)
+    for variant in ("1D", "2D"):
+        assert re.search(rf"^\| {variant} \| (from 32 tokens|from 16 tokens \(the shortest measured: it may lie below\)|not reached .*) \| from {BANDED_FROM[variant]} tokens \|$",
+                         table, re.M), table
+    assert "Precision: fp32 (float32 weights and activations)" in table
