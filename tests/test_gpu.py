@@ -1,8 +1,11 @@
 """The checks that need a GPU (scripts/gpu_check.sh runs them): every architecture's forward
 and backward in fp16 and bf16 against fp32, incremental decoding against the full pass, a
-fairseq-train --fp16 smoke run per family, and two-GPU data parallelism. Without CUDA each
-of them skips and says so; see docs/distributed.md for what has been measured where. Last,
-what of scripts/gpu_check.sh runs anywhere: its list of steps, its refusals."""
+fairseq-train --fp16 smoke run per family, two-GPU data parallelism, and the benchmark's GPU
+mode at toy size in each precision. Without CUDA each of them skips and says so; see
+docs/distributed.md and docs/speed.md for what has been measured where. Last, what of
+scripts/gpu_check.sh runs anywhere: its list of steps, its refusals."""
+
+import re
 
 import subprocess
 import sys
@@ -11,7 +14,7 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from conftest import REPO, TINY, build_model, make_dictionary
+from conftest import REPO, TINY, build_model, make_dictionary, shared_corpus
 from test_distributed import (TINY as TRAIN_TINY, TOLERANCE, TRAIN, data_bin, environment,  # noqa: F401
                               largest_difference, parameters, succeed)
 from test_models import BASE_ARCHS, small_window
@@ -114,6 +117,33 @@ def test_two_gpus_reach_the_parameters_of_one_with_update_freq_2(data_bin, tmp_p
     assert largest_difference(two, parameters(one / "checkpoint_last.pt")) <= 10 * TOLERANCE
 
 
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_benchmark_times_on_the_gpu(precision, tmp_path):
+    """The benchmark's three GPU tables at toy size: the models and batches on the GPU, every row."""
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip(f"{torch.cuda.get_device_name()} has no bfloat16")
+    tiny = ("--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+            "--encoder-attention-heads 4 --decoder-attention-heads 4 --encoder-layers 3 --decoder-layers 1")
+    common = ["--device", "cuda", "--precision", precision, "--rounds", "1", "--warmup", "1"]
+    sentences = ["--all", "--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014", "--model-flags", tiny,
+                 "--vocab", "100", "--max-tokens", "300", "--batch-size", "8"]
+    for mode, extra in [("train", sentences), ("decode", sentences),
+                        ("crossover", ["--lengths", "32", "64", "--tokens", "256"])]:
+        out = tmp_path / f"{mode}.md"
+        done = subprocess.run([sys.executable, "-m", "fairseq_csan.recipes.benchmark", "--mode", mode, *map(str, common),
+                               *map(str, extra), "--out", str(out)], capture_output=True, text=True, cwd=REPO,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        table = out.read_text()
+        assert torch.cuda.get_device_name() in table and f"Precision: {precision} (" in table
+        if mode == "crossover":
+            assert len(re.findall(r"^\| (1D|2D) \| (from \d+ tokens|not reached)", table, re.M)) == 2, table
+        else:
+            rows = re.findall(r"^\| (transformer\w*) \| \d+\.\d\dM \| [\d.]+ \| \d+\.\d{3} \|", table, re.M)
+            assert len(rows) == 12, table  # the Transformer and the eleven of docs/speed.md
+
+
 # ---------------------------------------------------------------- scripts/gpu_check.sh, anywhere
 
 def gpu_check(*options):
@@ -121,33 +151,70 @@ def gpu_check(*options):
                           text=True, env=environment(), cwd=REPO, timeout=120)
 
 
-def test_gpu_check_lists_its_steps():
-    done = gpu_check("--dry-run", "--out", "/o", "--multi30k-updates", "500", "--multi30k-jobs", "3")
+def test_gpu_check_lists_a_command_for_every_step():
+    done = gpu_check("--dry-run", "--out", "/o", "--multi30k-updates", "500", "--multi30k-jobs", "3",
+                     "--lengths-from", "/d/newstest2014")
     assert done.returncode == 0, done.stderr
     steps = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    benchmark = [f"benchmark-{mode}-{precision}" for precision in ("fp32", "fp16", "bf16")
+                 for mode in ("train", "decode", "crossover")]
+    assert list(steps) == ["tests", *benchmark, "multi30k"]
+    assert all(command.startswith("python -m ") for command in steps.values()), steps  # nothing "not run"
     assert steps["tests"] == f"python -m pytest -rs -v {REPO}/tests/test_gpu.py"
-    # the benchmark runs on the GPU only once fairseq_csan/recipes/benchmark.py has a --device option
-    if '"--device"' in (REPO / "fairseq_csan" / "recipes" / "benchmark.py").read_text(encoding="utf-8"):
-        assert steps["benchmark-train"].endswith("--mode train --device cuda --table1 --out /o/benchmark_train.md")
-        assert "--mode decode --device cuda" in steps["benchmark-decode"]
-    else:
-        assert steps["benchmark"] == "not run: fairseq_csan/recipes/benchmark.py has no --device option, it times on the CPU only"
+    for precision in ("fp32", "fp16", "bf16"):
+        for mode in ("train", "decode"):
+            assert steps[f"benchmark-{mode}-{precision}"] == (
+                f"python -m fairseq_csan.recipes.benchmark --mode {mode} --device cuda --precision {precision} --all "
+                f"--lengths-from /d/newstest2014 --out /o/benchmark_{mode}_{precision}.md")
+        assert steps[f"benchmark-crossover-{precision}"] == (
+            f"python -m fairseq_csan.recipes.benchmark --mode crossover --device cuda --precision {precision} "
+            f"--out /o/benchmark_crossover_{precision}.md")
     assert steps["multi30k"] == ("python -m fairseq_csan.recipes.multi30k --device cuda --jobs 3 "
                                  "--max-update 500 --out /o/multi30k")
     done = gpu_check("--dry-run", "--only", "tests")
     assert done.stdout.splitlines() == [f"tests: python -m pytest -rs -v {REPO}/tests/test_gpu.py"]
+    done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16")
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == [
+        "benchmark-train-fp16", "benchmark-decode-fp16", "benchmark-crossover-fp16"]
+    assert f"--lengths-from {REPO}/data/wmt14_en_de/raw/test " in done.stdout  # the benchmark's own default
+
+
+def test_gpu_check_commands_run_as_listed():
+    """Each listed benchmark command is one the benchmark accepts: on a machine without CUDA it
+    gets as far as the device check, which names the flag."""
+    done = gpu_check("--dry-run", "--only", "benchmark", "--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014")
+    for line in done.stdout.splitlines():
+        name, command = line.split(": ", 1)
+        ran = subprocess.run(command, shell=True, capture_output=True, text=True, env=environment(), cwd=REPO,
+                             timeout=120) if not torch.cuda.is_available() else None
+        if ran is not None:
+            assert ran.returncode == 2 and ran.stderr.strip().splitlines()[-1] == (
+                "benchmark: error: --device cuda: no CUDA device here (torch.cuda.is_available() is False); "
+                "use --device cpu"), (name, ran.stderr[-2000:])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
 def test_gpu_check_without_cuda_says_so():
-    done = gpu_check("--out", str(REPO / "runs" / "never"))
+    done = gpu_check("--out", str(REPO / "runs" / "never"),
+                     "--lengths-from", str(shared_corpus("wmt14_en_de") / "newstest2014"))
     assert done.returncode == 2
     assert "no CUDA device here: these checks need a GPU (--dry-run lists them" in done.stderr
     assert not (REPO / "runs" / "never").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
+def test_gpu_check_names_a_missing_length_source_before_anything(tmp_path):
+    done = gpu_check("--out", str(tmp_path / "o"), "--lengths-from", str(tmp_path / "none"))
+    assert done.returncode == 2
+    assert f"--lengths-from: no length source at {tmp_path}/none.en" in done.stderr
+    assert not (tmp_path / "o").exists()
+    done = gpu_check("--out", str(tmp_path / "o"), "--only", "tests", "--lengths-from", str(tmp_path / "none"))
+    assert done.returncode == 2 and "no CUDA device here" in done.stderr  # no benchmark, no length source needed
+
+
 @pytest.mark.parametrize("options, message", [
     (["--only", "tests,gpu"], "--only takes tests, benchmark and multi30k, got 'gpu'"),
+    (["--precisions", "fp16,fp8"], "--precisions takes fp32, fp16 and bf16, got 'fp8'"),
     (["--multi30k-jobs", "0"], "--multi30k-jobs must be a whole number of 1 or more, got '0'"),
     (["--multi30k-updates", "many"], "--multi30k-updates must be a whole number of 1 or more"),
     (["--fast"], "unknown argument '--fast'"),
