@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 from fairseq import options as _options  # noqa: E402
 
 from . import fairseq_compat, models  # noqa: F401,E402  (registers everything)
+from . import tokenizer  # noqa: F401,E402  (--tokenizer csan_recipe; its packages load when built)
 from .cli_help import help_lists_model_flags  # noqa: E402
 from .modules.context_gating import record_gates  # noqa: F401,E402  (gate values for analysis)
 

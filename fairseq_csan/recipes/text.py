@@ -87,13 +87,37 @@ def make_tokenizer(lang: str):
     return lambda line: tokenizer.tokenize(normalizer.normalize(line), return_str=True, escape=False)
 
 
+def line_tokenizer(lang: str):
+    """A function from one line of raw text to the recipe's tokens for it: blanks collapsed as
+    preparation collapses them in raw/ (corpora.clean_line), the language's tokeniser, single
+    spaces between tokens; a blank line stays empty."""
+    tokenize = make_tokenizer(lang)
+
+    def tokenize_line(line: str) -> str:
+        line = " ".join(line.split())
+        return " ".join(tokenize(line).split()) if line else ""
+
+    return tokenize_line
+
+
+def make_detokenizer(lang: str):
+    """A function from tokens joined by spaces to text, as the recipes detokenise hypotheses
+    (the Moses detokeniser; score.py writes hyp.detok with it)."""
+    if lang in ("zh", "ja"):
+        raise ValueError(f"no detokeniser for '{lang}' (the recipes translate into en and de)")
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang)
+    return lambda line: detok.detokenize(line.split())
+
+
 def _init(lang):
     global _TOKENIZE
-    _TOKENIZE = make_tokenizer(lang)
+    _TOKENIZE = line_tokenizer(lang)
 
 
 def _tokenize_chunk(lines):
-    return [" ".join(_TOKENIZE(line).split()) if line.strip() else "" for line in lines]
+    return [_TOKENIZE(line) for line in lines]
 
 
 def _chunks(handle, size=2000):
@@ -144,13 +168,12 @@ def tokenize_file(lang, source: Path, target: Path, workers=1):
 
 
 def detokenize_file(lang, source: Path, target: Path):
-    if lang in ("zh", "ja"):
-        raise SystemExit(f"detokenize: no detokeniser for '{lang}' (the recipes' targets are en and de)")
-    from sacremoses import MosesDetokenizer
-
-    detok = MosesDetokenizer(lang)
-    with open(source, encoding="utf-8") as handle:
-        _write_atomically(target, ([detok.detokenize(line.split()) for line in chunk] for chunk in _chunks(handle)))
+    try:
+        detok = make_detokenizer(lang)
+    except ValueError as error:
+        raise SystemExit(f"detokenize: {error}")
+    with open(source, encoding="utf-8", newline="\n") as handle:
+        _write_atomically(target, ([detok(line) for line in chunk] for chunk in _chunks(handle)))
 
 
 def _aligned(a, b):

@@ -1,0 +1,78 @@
+"""The recipes' tokenisation in fairseq's tokenizer registry: ``--tokenizer csan_recipe``.
+
+It tokenises the source language and detokenises the target language exactly as the task
+recipes do (fairseq_csan/recipes/text.py): punctuation normalisation and the Moses tokenizer
+without escaping for En, De and other languages, jieba for Zh, MeCab (fugashi) for Ja; the
+Moses detokenizer for the output. The languages are the task's ``-s``/``-t`` (or
+``source_lang``/``target_lang`` in a model folder's configuration). Its tokeniser packages
+are imported only when it is built, so ``--user-dir fairseq_csan`` stays light.
+
+With it, the recipe's processing of raw text is fairseq's own::
+
+    fairseq-interactive DATA-BIN --user-dir fairseq_csan --path CKPT -s en -t de \\
+        --tokenizer csan_recipe --bpe subword_nmt --bpe-codes CODES --remove-bpe ...
+
+This file also makes ``translate()`` of a hub model exported with this tokenizer
+(fairseq_csan/recipes/export.py) decode with the beam stored in its folder; fairseq's
+``GeneratorHubInterface.translate`` otherwise takes beam 5 whatever the folder says.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq import hub_utils
+from fairseq.data.encoders import register_tokenizer
+from fairseq.dataclass import FairseqDataclass
+
+NAME = "csan_recipe"
+
+
+@dataclass
+class RecipeTokenizerConfig(FairseqDataclass):
+    source_lang: Optional[str] = field(default=None, metadata={"help": "source language"})
+    target_lang: Optional[str] = field(default=None, metadata={"help": "target language"})
+
+
+@register_tokenizer(NAME, dataclass=RecipeTokenizerConfig)
+class RecipeTokenizer:
+    """encode: a raw source line -> the recipe's tokens; decode: target tokens -> text."""
+
+    def __init__(self, cfg: RecipeTokenizerConfig):
+        src, tgt = getattr(cfg, "source_lang", None), getattr(cfg, "target_lang", None)
+        if not src or not tgt:
+            raise ValueError(f"--tokenizer {NAME} needs the source and target languages: give "
+                             "-s/--source-lang and -t/--target-lang")
+        from .recipes import text  # the tokenisers' packages load here, not with the plugin
+
+        try:
+            self._detokenize = text.make_detokenizer(tgt)
+        except ValueError as error:
+            raise ValueError(f"--tokenizer {NAME}: -t {tgt}: {error}") from None
+        self._tokenize = text.line_tokenizer(src)
+        self.source_lang, self.target_lang = src, tgt
+
+    def encode(self, x: str) -> str:
+        return self._tokenize(x)
+
+    def decode(self, x: str) -> str:
+        return self._detokenize(x)
+
+
+def _uses_our_tokenizer(hub) -> bool:
+    tokenizer = getattr(hub.cfg, "tokenizer", None)
+    return tokenizer is not None and getattr(tokenizer, "_name", None) == NAME
+
+
+def _translate_with_stored_beam(translate):
+    def wrapped(self, sentences, beam=None, verbose=False, **kwargs):
+        if beam is None:
+            beam = self.cfg.generation.beam if _uses_our_tokenizer(self) else 5  # 5: fairseq's default
+        return translate(self, sentences, beam, verbose, **kwargs)
+
+    wrapped.__wrapped__ = translate
+    wrapped.__doc__ = translate.__doc__
+    return wrapped
+
+
+if not hasattr(hub_utils.GeneratorHubInterface.translate, "__wrapped__"):
+    hub_utils.GeneratorHubInterface.translate = _translate_with_stored_beam(hub_utils.GeneratorHubInterface.translate)
