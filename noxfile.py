@@ -30,12 +30,18 @@ if _pyenv.is_dir():
 TOY = {"train": "2000", "valid": "100", "test": "50"}
 
 
-def _install_and_check(session, *user_packages):
-    """The user's packages first, then scripts/install.sh, the fast tests and a tiny train + generate."""
+def _install_and_check(session, *user_packages, pip_check=True):
+    """The user's packages first, then scripts/install.sh, the fast tests and a tiny train + generate.
+
+    install.sh fails on any problem pip check did not list before it ran; an environment of the
+    user's must moreover be left with none at all (pip_check). The README's path is not: it
+    leaves out fairseq-fixed's torchaudio on purpose (docs/troubleshooting.md).
+    """
     if user_packages:
         session.install(*user_packages)
     session.run("bash", "scripts/install.sh", external=True)
-    session.run("python", "-m", "pip", "check")
+    if pip_check:
+        session.run("python", "-m", "pip", "check")
     session.run("python", "-m", "pytest", "tests", "-m", "not slow", "-q", "-p", "no:cacheprovider",
                 *session.posargs)
     _tiny_train_generate(session)
@@ -77,7 +83,7 @@ def py310_fairseq0122(session):
 def readme(session):
     """The README's path in a fresh venv: install.sh installs torch 2.13.0 and fairseq-fixed 0.12.3.1
     (the default environment on 3.11; 3.13 builds fairseq-fixed from source, about 9 minutes)."""
-    _install_and_check(session)
+    _install_and_check(session, pip_check=False)
 
 
 @nox.session(python="3.10", name="fairseq-main")
