@@ -114,7 +114,8 @@ if [ -n "$FAIRSEQ_MODULE" ]; then
   [ -z "$FAIRSEQ_EXPLICIT" ] || die "FAIRSEQ_SPEC=$FAIRSEQ_SPEC, but a fairseq is installed ($FAIRSEQ_HAVE); two distributions of the module fairseq overwrite each other: uninstall it first or leave FAIRSEQ_SPEC unset to keep it"
   [ "${#FAIRSEQ_DISTS[@]}" -le 1 ] || echo "[install] warning: several distributions provide the module fairseq: ${FAIRSEQ_DISTS[*]}; their files overwrite each other (keep one: pip uninstall the others)" >&2
   say "2/4 fairseq is installed ($FAIRSEQ_HAVE): kept, with its hydra-core and omegaconf"
-  PINS+=("${FAIRSEQ_DISTS[@]}")
+  # (a fairseq on PYTHONPATH, without distribution metadata, has no version to pin)
+  if [ "${#FAIRSEQ_DISTS[@]}" -gt 0 ]; then PINS+=("${FAIRSEQ_DISTS[@]}"); fi
   for name in hydra-core omegaconf; do
     have=$(field "$name")
     if [ -n "$have" ]; then PINS+=("$name==$have"); fi

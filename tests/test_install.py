@@ -204,3 +204,38 @@ def test_fresh_environment_plan(tmp_path):
     assert pip[2] == "python -m pip install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1"
     assert pip[3].endswith(f"-e {REPO}[test,logging]") and len(pip) == 4
     assert "torch==2.13.0\nfairseq-fixed==0.12.3.1\nEOF" in dry.stdout
+
+
+def _bare_venv(tmp_path, **dists):
+    """A venv without pip holding only metadata of the given distributions (enough for --dry-run)."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for name, version in dists.items():
+        info = Path(site) / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "TORCH_",
+                                                                     "FAIRSEQ_"))}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv))
+    return env
+
+
+def test_torch_kept_and_fairseq_built_against_it(tmp_path):
+    env = _bare_venv(tmp_path, torch="2.4.1+cpu", numpy="1.26.4")
+    dry = install(env, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    pip = [line.replace("\\", "") for line in dry.stdout.splitlines() if " -m pip install " in line]
+    assert not any("torch==" in line for line in pip)  # torch kept
+    assert pip[1] == "python -m pip install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1"
+    assert "torch==2.4.1+cpu\nnumpy==1.26.4\nfairseq-fixed==0.12.3.1\nEOF" in dry.stdout
+    replaced = install(env, "--dry-run", TORCH_SPEC="torch==2.13.0")  # asked for: replaces it
+    assert "python -m pip install torch==2.13.0" in replaced.stdout and "replaces torch 2.4.1+cpu" in replaced.stdout
+
+
+def test_torch_older_than_supported_stops(tmp_path):
+    env = _bare_venv(tmp_path, torch="1.12.1")
+    dry = install(env, "--dry-run")
+    assert dry.returncode == 1 and "torch 1.12.1 is older than the supported 1.13; set TORCH_SPEC" in dry.stderr
+    assert " -m pip " not in dry.stdout
