@@ -1,0 +1,597 @@
+"""Train any architecture with the papers' setup (scripts/train.sh runs this; docs/recipes.md).
+
+One call checks the options, reads the prepared task and the hyper-parameters (hparams.json,
+data beside this module), lays out the data-parallel processes and builds the fairseq-train
+command; ``--dry-run`` prints it. A real run then, in this order:
+
+1. takes the save folder's lock (``fcntl.flock`` on SAVE/train.lock, held by this process and
+   by the trainer it starts, so it ends only when both have: a second train.sh on the same
+   folder is refused, even while a trainer orphaned by ``kill -9`` of train.sh runs on);
+2. checks the run's identity against SAVE/run.env (another run in the folder is refused);
+3. checks checkpoint_last.pt and checkpoint_best.pt: fairseq copies them from the interval
+   checkpoint without a temporary name, so a kill during the copy leaves them cut short; a
+   damaged checkpoint_last.pt (or one older than the newest interval checkpoint) is replaced,
+   atomically and with a message, by the newest intact checkpoint_E_U.pt;
+4. runs the command, its output appended to SAVE/train.log and shown; SIGTERM, SIGINT or
+   SIGHUP is passed on to the trainer, which this process then waits for.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import List, Optional
+
+from .steps import shell_words
+from .task import NotATask, PreparedTask
+
+PLUGIN = Path(__file__).resolve().parents[1]  # the fairseq_csan package, for --user-dir
+HPARAMS = Path(__file__).with_name("hparams.json")
+BIG_ARCHS = ("transformer_vaswani_wmt_en_de_big",)
+
+USAGE = """\
+usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]
+
+  --data DIR        a folder made by examples/*/prepare.sh (its data-bin/ is used), or a
+                    fairseq data-bin folder
+  --arch ARCH       any registered architecture: transformer, transformer_csan2d,
+                    transformer_ctxaware_big, ...
+  --save-dir DIR    checkpoints and train.log; a run that stopped resumes from
+                    DIR/checkpoint_last.pt when started again with the same arguments (a
+                    checkpoint_last.pt cut short by a kill is replaced by the newest intact
+                    checkpoint); one training at a time per folder (DIR/train.lock)
+  --size base|big   hyper-parameter set (default: big for *_big architectures, else base)
+  --hparams FILE    the hyper-parameters (default: the kit's hparams.json, the papers' setup)
+  --gpus N          GPUs on each machine (default: all visible). --update-freq is 8/(K x N)
+                    on K machines, so every update sees 8 x 4096 tokens, as on the papers'
+                    8 GPUs
+  --cpu-processes N data parallelism on the CPU: N processes through torchrun and gloo (they
+                    stand in for N GPUs), to check a multi-GPU set-up without GPUs
+  --nodes K         machines (default 1), K x --gpus processes in all; see docs/distributed.md
+  --launcher L      torchrun (the default with --nodes K > 1 or --cpu-processes: run this
+                    script on every machine, each with its --node-rank) or slurm (run it once
+                    inside an sbatch or salloc allocation: srun starts one task per GPU and
+                    fairseq reads SLURM's variables)
+  --node-rank R     this machine's rank, 0 to K-1 (torchrun, K > 1)
+  --master-addr H   the rank-0 machine's address (torchrun, K > 1)
+  --port P          the rank-0 machine's rendezvous port (default 29500)
+  --precision P     fp16 (default), bf16 or fp32
+  --share S         embedding sharing: auto (default: all with one joined dictionary, as
+                    Vaswani et al.; decoder input/output with two), all, decoder or none
+  --max-tokens N    tokens per GPU per step (default 4096)
+  --max-update N    training updates (default: 100000 base, 300000 big)
+  --seed N          random seed (default 1)
+  --tensorboard DIR TensorBoard event files in DIR (fairseq's --tensorboard-logdir; needs the
+                    logging extra, which scripts/install.sh installs)
+  --wandb PROJECT   log to Weights & Biases (fairseq's --wandb-project; pip install wandb first)
+  --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
+  --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
+                    (default 16), a checkpoint every max-update/8 updates, at least 2 (8
+                    checkpoints when max-update >= 16, enough for evaluate.sh's default average
+                    of 5), fp32 (or --precision bf16); for tests and first tries
+Arguments after -- go to fairseq-train unchanged and override the ones above.
+"""
+
+# option -> (attribute, what its value is, for "--X needs ...")
+VALUED = {
+    "--data": ("data", "a folder"), "--arch": ("arch", "a name"), "--save-dir": ("save", "a folder"),
+    "--size": ("size", "base or big"), "--hparams": ("hparams", "a file"), "--gpus": ("gpus", "a number"),
+    "--cpu-processes": ("cpu_procs", "a number"), "--nodes": ("nodes", "a number"),
+    "--launcher": ("launcher", "torchrun or slurm"), "--node-rank": ("node_rank", "a number"),
+    "--master-addr": ("master_addr", "a host name or address"), "--port": ("port", "a number"),
+    "--precision": ("precision", "fp16, bf16 or fp32"), "--max-tokens": ("max_tokens", "a number"),
+    "--max-update": ("max_update", "a number"), "--seed": ("seed", "a number"),
+    "--share": ("share", "auto, all, decoder or none"), "--tensorboard": ("tensorboard", "a folder"),
+    "--wandb": ("wandb", "a project name"),
+}
+DEFAULTS = dict(data="", arch="", save="", size="", hparams=str(HPARAMS), gpus="", cpu_procs="", nodes="1",
+                launcher="", node_rank="", master_addr="", port="29500", precision="", max_tokens="4096",
+                max_update="", seed="1", share="auto", tensorboard="", wandb="", dry_run=False, tiny=False, extra=[])
+
+
+class Refused(Exception):
+    """A bad option or a folder that must not be trained in; its message names why."""
+
+
+def log(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- the options
+
+def parse(argv: List[str]) -> dict:
+    opts = dict(DEFAULTS, extra=[])
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in VALUED:
+            name, what = VALUED[arg]
+            if i + 1 >= len(argv) or argv[i + 1] == "":
+                raise Refused(f"{arg} needs {what}")
+            opts[name] = argv[i + 1]
+            i += 2
+        elif arg in ("--dry-run", "--cpu-tiny"):
+            opts["dry_run" if arg == "--dry-run" else "tiny"] = True
+            i += 1
+        elif arg in ("-h", "--help"):
+            print(USAGE, end="")
+            raise SystemExit(0)
+        elif arg == "--":
+            opts["extra"] = argv[i + 1:]
+            break
+        else:
+            print(USAGE, end="", file=sys.stderr)
+            raise Refused(f"unknown argument '{arg}' (fairseq-train arguments go after --)")
+    return opts
+
+
+def whole(name: str, value: str) -> int:
+    if not re.fullmatch(r"[0-9]+", value):
+        raise Refused(f"--{name} must be a whole number, got '{value}'")
+    return int(value)
+
+
+def read_hparams(path) -> dict:
+    try:
+        hp = json.loads(Path(path).read_text(encoding="utf-8"))
+        for key in ("sizes", "all_sizes", "cpu_tiny"):
+            hp[key]  # noqa: B018  (a missing part is named below)
+    except OSError as e:
+        raise Refused(f"--hparams {path}: cannot read it ({e.strerror})")
+    except ValueError as e:
+        raise Refused(f"--hparams {path} is not JSON: {e}")
+    except KeyError as e:
+        raise Refused(f"--hparams {path} has no {e.args[0]!r} part (see {HPARAMS} for the layout)")
+    return hp
+
+
+def check_arch(arch: str) -> None:
+    """The architecture must be registered (with our plugin imported, as this package is)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    if arch not in ARCH_MODEL_REGISTRY:
+        close = difflib.get_close_matches(arch, ARCH_MODEL_REGISTRY, n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise Refused(f"--arch {arch} is not a registered architecture{hint} "
+                      "(fairseq-train --user-dir fairseq_csan --help lists them)")
+
+
+def read_data(data: str):
+    """(absolute data-bin folder, src, tgt, one joined dictionary?)"""
+    root = Path(data)
+    binary = root / "data-bin" if (root / "data-bin").is_dir() else root
+    if not binary.is_dir():
+        raise Refused(f"no data folder {data} (make one with examples/*/prepare.sh)")
+    binary = Path(os.path.abspath(binary))
+    dicts = sorted(binary.glob("dict.*.txt"))
+    if len(dicts) != 2:
+        raise Refused(f"{binary} must hold exactly two dict.LANG.txt files (a fairseq-preprocess output)")
+    if (root / "recipe.env").is_file():
+        try:
+            task = PreparedTask.open(root)
+        except NotATask as e:
+            raise Refused(str(e))
+        src, tgt = task.src, task.tgt
+    else:
+        pairs = sorted(binary.glob("train.*-*.*.bin"))
+        if not pairs:
+            raise Refused(f"no train.*.bin in {binary}")
+        src, tgt = pairs[0].name.split(".")[1].split("-", 1)
+    for lang in (src, tgt):
+        if not (binary / f"dict.{lang}.txt").is_file():
+            raise Refused(f"{binary} has no dict.{lang}.txt")
+    joined = (binary / f"dict.{src}.txt").read_bytes() == (binary / f"dict.{tgt}.txt").read_bytes()
+    return binary, src, tgt, joined
+
+
+def build(opts: dict) -> dict:
+    """Check the options and build the command: a plan with cmd, identity, log and lock paths."""
+    o = opts
+    if not o["data"]:
+        raise Refused("--data is required")
+    if not o["arch"]:
+        raise Refused("--arch is required")
+    if not o["save"]:
+        raise Refused("--save-dir is required")
+    max_tokens, seed = whole("max-tokens", o["max_tokens"]), whole("seed", o["seed"])
+    max_update = whole("max-update", o["max_update"]) if o["max_update"] else None
+    gpus = whole("gpus", o["gpus"]) if o["gpus"] else None
+    given_precision = o["precision"]
+    precision = given_precision or "fp16"
+    if precision not in ("fp16", "bf16", "fp32"):
+        raise Refused(f"--precision must be fp16, bf16 or fp32, got '{precision}'")
+
+    # data parallelism: processes per machine, machines, and what starts the processes
+    nodes, port = whole("nodes", o["nodes"]), whole("port", o["port"])
+    cpu_procs = whole("cpu-processes", o["cpu_procs"]) if o["cpu_procs"] else None
+    node_rank = whole("node-rank", o["node_rank"]) if o["node_rank"] else None
+    master_addr, launcher, tiny = o["master_addr"], o["launcher"], o["tiny"]
+    if nodes < 1:
+        raise Refused(f"--nodes must be 1 or more, got {nodes}")
+    if cpu_procs is not None and cpu_procs < 1:
+        raise Refused(f"--cpu-processes must be 1 or more, got {cpu_procs}")
+    if cpu_procs and gpus is not None:
+        raise Refused("--cpu-processes and --gpus exclude each other: CPU processes stand in for GPUs")
+    if launcher not in ("", "torchrun", "slurm"):
+        raise Refused(f"--launcher must be torchrun or slurm, got '{launcher}'")
+    if not launcher and (cpu_procs or nodes > 1):
+        launcher = "torchrun"
+    if launcher == "torchrun" and nodes > 1:
+        if node_rank is None or not master_addr:
+            raise Refused(f"--nodes {nodes} with torchrun needs --node-rank (0 to {nodes - 1}) and "
+                          "--master-addr (the rank-0 machine)")
+        if node_rank >= nodes:
+            raise Refused(f"--node-rank must be 0 to {nodes - 1}, got {node_rank}")
+    elif node_rank is not None or master_addr:
+        raise Refused("--node-rank and --master-addr are for torchrun on --nodes K > 1 machines")
+    if launcher == "slurm" and cpu_procs:
+        raise Refused("--launcher slurm counts GPUs; with --cpu-processes use --launcher torchrun "
+                      "(run it under srun, one task per machine, if you must)")
+    if tiny and not cpu_procs and launcher:
+        raise Refused("--cpu-tiny alone is one CPU process; add --cpu-processes N for several (--nodes, --launcher)")
+    if cpu_procs:
+        if given_precision == "fp16":
+            raise Refused("--precision fp16 needs a GPU; --cpu-processes takes fp32 (default) or bf16")
+        precision = given_precision or "fp32"
+    size = o["size"] or ("big" if o["arch"].endswith("_big") or o["arch"] in BIG_ARCHS
+                         or o["arch"].startswith("transformer_wmt_en_de_big") else "base")
+    if size not in ("base", "big"):
+        raise Refused(f"--size must be base or big, got '{size}'")
+    share_mode = o["share"]
+    if share_mode not in ("auto", "all", "decoder", "none"):
+        raise Refused(f"--share must be auto, all, decoder or none, got '{share_mode}'")
+
+    binary, src, tgt, joined = read_data(o["data"])
+    # one dictionary for both sides (joint BPE): share every embedding, as Vaswani et al. do;
+    # two dictionaries: share the decoder's input and output embeddings only
+    if share_mode == "auto":
+        share_mode = "all" if joined else "decoder"
+    if share_mode == "all" and not joined:
+        raise Refused(f"--share all needs one joined dictionary; {binary} has two different ones")
+    share = {"all": ["--share-all-embeddings"], "decoder": ["--share-decoder-input-output-embed"], "none": []}[share_mode]
+
+    hp = read_hparams(o["hparams"])
+    sized, common, small = hp["sizes"][size], hp["all_sizes"], hp["cpu_tiny"]
+    warmup = sized["warmup_updates"]
+    # eq. 3's peak learning rate, d_model^-0.5 * warmup^-0.5, reached at the end of the warm-up
+    lr = f"{sized['d_model'] ** -0.5 * warmup ** -0.5:.3g}"
+    # fairseq 0.12 makes --bf16 imply --tpu; this entry point is fairseq-train without that
+    runner = ["python", "-m", "fairseq_csan.train"] if precision == "bf16" else ["fairseq-train"]
+    warnings = []
+
+    if tiny:
+        update_freq = 1
+        max_update = max_update if max_update is not None else small["max_update"]
+        hw = ["--cpu", "--num-workers", "0"]
+        if given_precision == "bf16":  # fp32 unless asked; bf16 works on the CPU, fp16 does not
+            hw.append("--bf16")
+        elif given_precision == "fp16":
+            raise Refused("--precision fp16 needs a GPU; --cpu-tiny takes fp32 (default) or bf16")
+        model = [w for k, v in small["model"].items() for w in (f"--{k.replace('_', '-')}", str(v))]
+        max_tokens, warmup, lr, log_every = small["max_tokens"], small["warmup_updates"], small["lr"], small["log_interval"]
+        # never 1: a rerun of a finished run takes one more update, which must not add a checkpoint
+        save_every = max(max_update // small["checkpoints"], 2)
+    else:
+        max_update = max_update if max_update is not None else sized["max_update"]
+        if cpu_procs:
+            gpus = cpu_procs  # CPU processes stand in for GPUs
+        if gpus is None:
+            if o["dry_run"]:
+                gpus = common["gpus"]
+            else:
+                import torch
+
+                gpus = torch.cuda.device_count()
+        if gpus < 1:
+            raise Refused("no GPU found: train on GPUs, or use --cpu-tiny for a smoke run or --dry-run to see the command")
+        world, papers = nodes * gpus, common["gpus"]
+        update_freq = -(-papers // world)
+        if update_freq * world != papers:
+            warnings.append(f"warning: {world} GPUs x update-freq {update_freq} = {update_freq * world} batches per "
+                            f"update, not the papers' {papers}; --max-tokens {papers * max_tokens // (update_freq * world)} "
+                            f"keeps {papers} x {max_tokens} tokens per update")
+        hw = ["--distributed-world-size", str(world), "--update-freq", str(update_freq)]
+        hw += {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}[precision]
+        model, save_every, log_every = [], common["save_interval_updates"], common["log_interval"]
+
+    # several processes (docs/distributed.md): torchrun starts them on each machine, or srun
+    # starts one task per GPU and fairseq reads SLURM's variables
+    procs = cpu_procs or gpus
+    if cpu_procs:
+        hw = hw + ["--distributed-world-size", str(nodes * procs)] if tiny else ["--cpu"] + hw
+        hw += ["--distributed-backend", "gloo"]
+    if launcher == "slurm":
+        runner = ["srun", "--nodes", str(nodes), "--ntasks-per-node", str(procs), "--gpus-per-node", str(procs)] + runner
+        hw += ["--distributed-port", str(port)]
+    elif launcher == "torchrun":
+        rendezvous = ["--standalone"]
+        if nodes > 1:
+            rendezvous = ["--nnodes", str(nodes), "--node_rank", str(node_rank), "--master_addr", master_addr,
+                          "--master_port", str(port)]
+        start = runner[1:] if runner[0] == "python" else ["--no-python"] + runner
+        runner = ["torchrun", *rendezvous, "--nproc_per_node", str(procs), *start]
+
+    logging = []
+    if o["tensorboard"]:
+        logging += ["--tensorboard-logdir", o["tensorboard"]]
+    if o["wandb"]:
+        logging += ["--wandb-project", o["wandb"]]
+
+    cmd = [*runner, str(binary), "--user-dir", str(PLUGIN), "--arch", o["arch"], *model,
+           "--source-lang", src, "--target-lang", tgt, *share,
+           "--optimizer", common["optimizer"], "--adam-betas", common["adam_betas"], "--adam-eps", common["adam_eps"],
+           "--lr-scheduler", common["lr_scheduler"], "--lr", str(lr), "--warmup-updates", str(warmup),
+           "--warmup-init-lr", common["warmup_init_lr"],
+           "--criterion", common["criterion"], "--label-smoothing", common["label_smoothing"],
+           "--dropout", sized["dropout"], "--weight-decay", common["weight_decay"], "--clip-norm", common["clip_norm"],
+           "--max-tokens", str(max_tokens), "--max-update", str(max_update), *hw,
+           "--save-dir", o["save"], "--save-interval-updates", str(save_every),
+           "--keep-interval-updates", str(common["keep_interval_updates"]), "--no-epoch-checkpoints",
+           "--log-format", "simple", "--log-interval", str(log_every), "--seed", str(seed), *logging, *o["extra"]]
+    check_arch(o["arch"])
+    # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
+    suffix = f".node{node_rank}" if node_rank else ""
+    save = Path(o["save"])
+    identity = f"arch={o['arch']}\ndata={binary}\nsize={size}\nseed={seed}\nshare={share_mode}\ntiny={int(tiny)}"
+    return dict(cmd=cmd, warnings=warnings, launcher=launcher, save=save, identity=identity, rank0=not node_rank,
+                log=save / f"train{suffix}.log", lock=save / f"train{suffix}.lock")
+
+
+def check_tools(opts: dict, plan: dict) -> None:
+    """What a real run needs beyond the options (not checked by --dry-run)."""
+    if opts["tensorboard"] and not can_import("torch.utils.tensorboard"):
+        raise Refused(f"--tensorboard needs TensorBoard: pip install -e '{PLUGIN.parent}[logging]' "
+                      "(scripts/install.sh installs it)")
+    if opts["wandb"] and not can_import("wandb"):
+        raise Refused("--wandb needs the wandb package: pip install wandb")
+    if plan["launcher"] == "slurm":
+        if not os.environ.get("SLURM_JOB_ID"):
+            raise Refused("--launcher slurm runs inside a SLURM allocation: sbatch (or salloc) a script that calls train.sh once")
+        if not shutil.which("srun"):
+            raise Refused("--launcher slurm needs srun on PATH")
+    if plan["launcher"] == "torchrun" and not shutil.which("torchrun"):
+        raise Refused("torchrun not found: it comes with torch; activate the environment")
+
+
+def can_import(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+# ---------------------------------------------------------------------------- the save folder
+
+def take_lock(path: Path) -> int:
+    """Hold an exclusive flock on ``path`` (released when every process holding it has ended)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        holder = Path(path).read_text(encoding="utf-8", errors="replace").strip() or "a process"
+        os.close(fd)
+        raise Refused(f"{path.parent} is in use by another training ({holder}); wait for it to end or stop it, "
+                      "or give another --save-dir")
+    return fd
+
+
+def note_holder(fd: int, trainer_pid: Optional[int]) -> None:
+    who = f"train.sh pid {os.getpid()}" + (f", trainer pid {trainer_pid}" if trainer_pid else "")
+    text = f"{who} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode("utf-8"), 0)
+
+
+def write_identity(save: Path, identity: str) -> None:
+    env = save / "run.env"
+    if env.is_file() and env.read_text(encoding="utf-8").rstrip("\n") != identity:
+        raise Refused(f"{save} holds another run (see {env}); give a new --save-dir")
+    tmp = env.with_name(".run.env.tmp")
+    tmp.write_text(identity + "\n", encoding="utf-8")
+    os.replace(tmp, env)
+
+
+class Damaged(Exception):
+    pass
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A fairseq checkpoint's state; its tensors are mapped, not read, where torch can (>= 2.1).
+    A file cut short (a kill while it was copied) has no zip directory at its end: Damaged."""
+    import torch
+
+    try:
+        if zipfile.is_zipfile(path):
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            except TypeError:  # torch < 2.1: no mmap
+                state = torch.load(path, map_location="cpu", weights_only=False)
+        else:  # a legacy (pre-zip) checkpoint, or a damaged one
+            state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a damaged file
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise Damaged(f"{path.stat().st_size} bytes; torch.load: {first}")
+    try:
+        state["num_updates"] = int(state["optimizer_history"][-1]["num_updates"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise Damaged("not a fairseq training checkpoint (no optimizer_history)")
+    return state
+
+
+def interval_checkpoints(save: Path):
+    """checkpoint_E_U.pt files, the newest (most updates) first."""
+    found = []
+    for p in save.glob("checkpoint_*_*.pt"):
+        m = re.fullmatch(r"checkpoint_(\d+)_(\d+)\.pt", p.name)
+        if m:
+            found.append((int(m.group(2)), int(m.group(1)), p))
+    return [p for _u, _e, p in sorted(found, reverse=True)]
+
+
+def replace_atomically(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(source, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+
+
+def repair_checkpoints(save: Path) -> List[str]:
+    """Make checkpoint_last.pt the newest intact checkpoint (and checkpoint_best.pt intact);
+    returns what was done, one message each. Refused when checkpoint_last.pt is damaged and no
+    intact interval checkpoint is left."""
+    done = []
+    last = save / "checkpoint_last.pt"
+    if not last.exists():
+        return done
+    try:
+        last_updates, why = read_checkpoint(last)["num_updates"], None
+    except Damaged as e:
+        last_updates, why = -1, str(e)
+    newest, newest_state, skipped = None, None, []
+    for p in interval_checkpoints(save):
+        if int(p.stem.rsplit("_", 1)[1]) <= last_updates:
+            break
+        try:
+            newest_state, newest = read_checkpoint(p), p
+            break
+        except Damaged as e:
+            skipped.append(f"{p.name} is damaged too ({e})")
+    if why and newest is None:
+        raise Refused(f"{last} is damaged ({why}) and no intact checkpoint_E_U.pt is left to resume from; "
+                      "delete it to train again from the start")
+    if newest is not None:
+        replace_atomically(newest, last)
+        if why:
+            done.append(f"{last} is damaged ({why}): a kill while fairseq copied it; "
+                        f"resuming from {newest.name}, the newest intact checkpoint (copied to {last.name})")
+        else:
+            done.append(f"{newest.name} (update {newest_state['num_updates']}) is newer than {last.name} "
+                        f"(update {last_updates}): the run stopped before fairseq copied it; resuming from it")
+        done += skipped
+    best = save / "checkpoint_best.pt"
+    if best.exists():
+        try:
+            read_checkpoint(best)
+        except Damaged as e:
+            done.append(repair_best(save, best, str(e)))
+    return done
+
+
+def repair_best(save: Path, best: Path, why: str) -> str:
+    """checkpoint_best.pt damaged: the intact interval checkpoint whose validation loss is the
+    best one the newest checkpoint records takes its place; if none is left, it is removed."""
+    target = None
+    states = []
+    for p in interval_checkpoints(save):
+        try:
+            states.append((p, read_checkpoint(p).get("extra_state") or {}))
+        except Damaged:
+            continue
+    if states:
+        record = states[0][1].get("best")
+        target = next((p for p, extra in states if record is not None and extra.get("val_loss") == record), None)
+    if target is None:
+        best.unlink()
+        return (f"{best} is damaged ({why}) and the checkpoint it copied is no longer kept: removed "
+                "(fairseq writes it again at the next validation that beats the recorded best loss)")
+    replace_atomically(target, best)
+    return f"{best} is damaged ({why}): replaced by {target.name}, the checkpoint with the best validation loss"
+
+
+# ---------------------------------------------------------------------------- running it
+
+def run(plan: dict) -> int:
+    save, cmd = plan["save"], plan["cmd"]
+    save.mkdir(parents=True, exist_ok=True)
+    lock = take_lock(plan["lock"])
+    note_holder(lock, None)
+    write_identity(save, plan["identity"])
+    if plan["rank0"]:  # rank 0 reads the checkpoint and sends it to the others
+        for message in repair_checkpoints(save):
+            log(message)
+        if (save / "checkpoint_last.pt").is_file():
+            log(f"resuming from {plan['save_given']}/checkpoint_last.pt")
+    with open(save / "train_command.sh", "a", encoding="utf-8") as f:
+        f.write(shell_words(cmd) + "\n")
+    log(shell_words(cmd))
+    log(f"log: {plan['log']} (the 'ups' column is training steps/s, the papers' Speed)")
+
+    # the trainer writes the log itself (it goes on if this process is killed) and inherits the
+    # lock; this process shows the log as it grows
+    with open(plan["log"], "ab") as out:
+        start = out.tell()
+        trainer = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   pass_fds=(lock,))
+    note_holder(lock, trainer.pid)
+    received = []
+
+    def pass_on(signum, _frame):
+        received.append(signum)
+        trainer.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, pass_on)
+    with open(plan["log"], "rb") as shown:
+        shown.seek(start)
+        while True:
+            ended = trainer.poll() is not None
+            chunk = shown.read()
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+            if ended:
+                break
+            time.sleep(0.2)
+    print(summary(plan["log"]), file=sys.stderr, flush=True)
+    if received:
+        return 128 + received[0]
+    return trainer.returncode if trainer.returncode >= 0 else 128 - trainer.returncode
+
+
+def summary(train_log: Path) -> str:
+    from .score import train_speed
+
+    speed = train_speed(train_log)
+    if not speed or speed["steps_per_s"] is None:
+        return f"[speed] no train_inner lines with ups in {train_log}"
+    return (f"[speed] {speed['steps_per_s']:.3f} training steps/s, mean over "
+            f"{speed['logged_intervals']} logged intervals of {train_log}")
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        opts = parse(argv)
+        plan = build(opts)
+        plan["save_given"] = opts["save"]
+        for warning in plan["warnings"]:
+            log(warning)
+        if opts["dry_run"]:
+            print(shell_words(plan["cmd"]))
+            return
+        check_tools(opts, plan)
+        code = run(plan)
+    except Refused as e:
+        log(f"error: {e}")
+        raise SystemExit(2)
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()
