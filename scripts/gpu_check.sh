@@ -43,6 +43,9 @@ while [ $# -gt 0 ]; do
     *) usage >&2; die "unknown argument '$1'" ;;
   esac
 done
+# the steps run in the repository: relative paths are the caller's
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+case "$lengths" in /*) ;; *) lengths="$PWD/$lengths" ;; esac
 for pair in "multi30k-updates:$updates" "multi30k-jobs:$jobs"; do
   [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || die "--${pair%%:*} must be a whole number of 1 or more, got '${pair#*:}'"
 done

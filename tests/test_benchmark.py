@@ -133,3 +133,18 @@ def test_crossover_mode_reports_each_csan_beside_the_plugins_choice(tmp_path):
         assert re.search(rf"^\| {variant} \| (from 32 tokens|from 16 tokens \(the shortest measured: it may lie below\)|not reached .*) \| from {BANDED_FROM[variant]} tokens \|$",
                          table, re.M), table
     assert "Precision: fp32 (float32 weights and activations)" in table
+
+
+def test_the_cpu_memory_probe_runs_in_the_chosen_precision(monkeypatch):
+    """--mode long measures memory in a child process: it must get the precision too."""
+    commands = []
+    monkeypatch.setattr(benchmark.subprocess, "run", lambda command, **kw: commands.append(command) or
+                        subprocess.CompletedProcess(command, 0, stdout="1234\n", stderr=""))
+    assert benchmark.peak_memory("2D", "banded", 64, 2, "bf16") == 1234
+    assert commands[0][-7:] == ["--probe-memory", "2D", "banded", "64", "2", "--precision", "bf16"]
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the child's setting, not this process's
+    monkeypatch.setattr(benchmark, "attention_step", lambda module, x: seen.append(
+        (x.dtype, next(module.parameters()).dtype, module.impl)))
+    benchmark.probe_memory("2D", "banded", 32, 2, torch.bfloat16)
+    assert seen == [(torch.bfloat16, torch.bfloat16, "banded")]

@@ -179,6 +179,14 @@ def test_gpu_check_lists_a_command_for_every_step():
     assert f"--lengths-from {REPO}/data/wmt14_en_de/raw/test " in done.stdout  # the benchmark's own default
 
 
+def test_gpu_check_reads_relative_paths_from_where_it_is_called(tmp_path):
+    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--only", "benchmark",
+                           "--precisions", "fp16", "--out", "o", "--lengths-from", "d/test"],
+                          capture_output=True, text=True, env=environment(), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"--lengths-from {tmp_path}/d/test --out {tmp_path}/o/benchmark_train_fp16.md" in done.stdout
+
+
 def test_gpu_check_commands_run_as_listed():
     """Each listed benchmark command is one the benchmark accepts: on a machine without CUDA it
     gets as far as the device check, which names the flag."""

@@ -205,7 +205,7 @@ def machine(args, tuned):
                  f"{'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}), host {cpu_name()}, {versions}, "
                  "torch.cuda.synchronize() around each timed call")
     else:
-        where = (f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} threads, {versions}, "
+        where = (f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} thread{'s' if args.threads != 1 else ''}, {versions}, "
                  f"malloc tuning {'on' if tuned else 'off'}")
     return f"Machine: {where}. Precision: {PRECISION_TEXT[args.precision]}."
 
@@ -260,12 +260,12 @@ def _proc_status(field):
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def probe_memory(variant, impl, T, B):
+def probe_memory(variant, impl, T, B, dtype=torch.float32):
     """Run in a fresh process: peak resident memory of one forward + backward of the attention
     over the resident size before it (inputs and module already there), in bytes."""
     torch.set_num_threads(1)
-    module = attention_only(variant, impl)
-    x = torch.randn(T, B, 512, requires_grad=True)
+    module = attention_only(variant, impl, dtype=dtype)
+    x = torch.randn(T, B, 512, dtype=dtype, requires_grad=True)
     before = _proc_status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # resets the peak (VmHWM) to the current size
     attention_step(module, x)
@@ -283,10 +283,11 @@ def cuda_peak_memory(module, x):
     return torch.cuda.max_memory_allocated() - before
 
 
-def peak_memory(variant, impl, T, B):
+def peak_memory(variant, impl, T, B, precision):
     trim_malloc()  # the probe's memory adds to what this process holds
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_TUNING}
-    done = subprocess.run([sys.executable, "-m", MODULE, "--probe-memory", variant, impl, str(T), str(B)],
+    done = subprocess.run([sys.executable, "-m", MODULE, "--probe-memory", variant, impl, str(T), str(B),
+                           "--precision", precision],
                           env={**env, **PROBE_MALLOC}, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"memory probe {variant} {impl} T={T} failed:\n{done.stderr[-2000:]}")
@@ -365,7 +366,7 @@ def attention_paths(variant, T, B, x, args, warmup):
         if device == "cuda":
             mem = {impl: cuda_peak_memory(paths[impl], x) for impl in steps}
         else:
-            mem = {impl: peak_memory(variant, impl, T, B) for impl in steps}
+            mem = {impl: peak_memory(variant, impl, T, B, args.precision) for impl in steps}
         mem_dense, mem_ratio = skipped, skipped
         if "dense" in mem:
             mem_dense, mem_ratio = f"{mem['dense'] / 2**20:.1f}", f"{mem['dense'] / mem['banded']:.1f}"
@@ -571,7 +572,7 @@ def main():
     args = parse_args()
     if args.probe_memory:  # a child of --mode long: one measurement, printed
         variant, impl, T, B = args.probe_memory
-        print(probe_memory(variant, impl, int(T), int(B)))
+        print(probe_memory(variant, impl, int(T), int(B), PRECISIONS[args.precision]))
         return
     check_device(args)
     if args.mode in ("train", "decode"):
