@@ -385,8 +385,8 @@ def take_lock(path: Path) -> int:
             raise
         holder = Path(path).read_text(encoding="utf-8", errors="replace").strip() or "a process"
         os.close(fd)
-        raise Refused(f"{path.parent} is in use by another training ({holder}); wait for it to end or stop it, "
-                      "or give another --save-dir")
+        raise Refused(f"{path.parent} is in use by another training ({holder}); wait for it to end, stop it "
+                      "(kill its trainer), or give another --save-dir")
     return fd
 
 
@@ -424,7 +424,7 @@ def read_checkpoint(path: Path) -> dict:
         else:  # a legacy (pre-zip) checkpoint, or a damaged one
             state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a damaged file
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
         raise Damaged(f"{path.stat().st_size} bytes; torch.load: {first}")
     try:
         state["num_updates"] = int(state["optimizer_history"][-1]["num_updates"])
@@ -543,6 +543,7 @@ def run(plan: dict) -> int:
 
     def pass_on(signum, _frame):
         received.append(signum)
+        log(f"{signal.Signals(signum).name}: stopping the trainer (pid {trainer.pid})")
         trainer.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -1,0 +1,303 @@
+"""scripts/train.sh and the kit's fairseq_csan.recipes.train: hyper-parameters from the data
+file, the command shown in train.sh, a misspelt architecture, the save folder's lock, damaged
+checkpoints (unit tests on small stand-ins, and a real resume), signals, and every training
+command of docs/distributed.md and the training section of docs/recipes.md run as written.
+(train.sh's older tests live in test_recipes.py, test_distributed.py and test_front_door.py.)"""
+
+import fcntl
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, shared_corpus
+from recipe_helpers import fake_task, lines, run, write
+
+from fairseq_csan.recipes import train as kit
+
+TRAIN_SH = ["bash", "scripts/train.sh"]
+
+
+def environment():
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def dry_run(data, *options, check=True):
+    done = run([*TRAIN_SH, "--data", data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *options],
+               check=check)
+    return done.stdout.strip(), done.stderr, done.returncode
+
+
+# ---------------------------------------------------------------- hyper-parameters are data
+
+def test_the_default_hyper_parameters_are_those_of_the_data_file(tmp_path):
+    hp = json.loads(kit.HPARAMS.read_text(encoding="utf-8"))
+    data = fake_task(tmp_path)
+    for size in ("base", "big"):
+        command, _, _ = dry_run(data, "--size", size)
+        s = hp["sizes"][size]
+        lr = s["d_model"] ** -0.5 * s["warmup_updates"] ** -0.5
+        assert f"--lr {lr:.3g} --warmup-updates {s['warmup_updates']} " in command
+        assert f"--dropout {s['dropout']} " in command and f"--max-update {s['max_update']} " in command
+    assert hp["sizes"]["base"]["d_model"] == 512 and hp["sizes"]["big"]["d_model"] == 1024  # Vaswani Table 3
+
+
+def test_hyper_parameters_come_from_the_file_given(tmp_path):
+    hp = json.loads(kit.HPARAMS.read_text(encoding="utf-8"))
+    hp["sizes"]["base"].update(d_model=256, dropout="0.2", max_update=1234)
+    hp["cpu_tiny"]["model"]["encoder_layers"] = 1
+    mine = tmp_path / "hparams.json"
+    mine.write_text(json.dumps(hp), encoding="utf-8")
+    data = fake_task(tmp_path)
+    command, _, _ = dry_run(data, "--hparams", mine)
+    assert "--lr 0.000988 " in command and "--dropout 0.2 " in command and "--max-update 1234 " in command
+    command, _, _ = dry_run(data, "--hparams", mine, "--cpu-tiny")
+    assert "--encoder-layers 1 " in command
+    del hp["sizes"]
+    mine.write_text(json.dumps(hp), encoding="utf-8")
+    _, err, code = dry_run(data, "--hparams", mine, check=False)
+    assert code == 2 and f"--hparams {mine} has no 'sizes' part" in err
+    _, err, code = dry_run(data, "--hparams", tmp_path / "absent.json", check=False)
+    assert code == 2 and "--hparams" in err and "cannot read it" in err
+
+
+def test_the_command_shown_in_train_sh_is_what_it_runs(tmp_path):
+    """The header of scripts/train.sh shows the base 8-GPU command; --dry-run must print it."""
+    header = (REPO / "scripts/train.sh").read_text(encoding="utf-8").split("set -euo")[0]
+    block = re.search(r"#   (fairseq-train .*?)\n#\n", header, re.S).group(1)
+    shown = re.sub(r"\s*\\\n#\s*", " ", block).strip()
+    data = tmp_path / "data/wmt14_en_de"
+    data.parent.mkdir()
+    fake_task(tmp_path).rename(data)
+    done = subprocess.run([*TRAIN_SH[:1], REPO / "scripts/train.sh", "--data", "data/wmt14_en_de", "--arch",
+                           "transformer_csan2d", "--save-dir", "checkpoints/ende_csan2d", "--dry-run"],
+                          capture_output=True, text=True, cwd=tmp_path, env=environment(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    expected = shown.replace("data/wmt14_en_de/data-bin", f"{data}/data-bin", 1)
+    expected = expected.replace("--user-dir fairseq_csan", f"--user-dir {REPO}/fairseq_csan", 1)
+    assert done.stdout.strip() == expected
+
+
+def test_shell_scripts_stay_short():
+    for script in ("scripts/train.sh", "scripts/sweep.sh"):
+        assert len(lines(REPO / script)) <= 150, script
+
+
+# ---------------------------------------------------------------- nothing is claimed before it starts
+
+def test_a_misspelt_architecture_stops_before_the_folder_is_claimed(tmp_path):
+    data = fake_task(tmp_path)
+    save = tmp_path / "ck"
+    done = run([*TRAIN_SH, "--data", data, "--arch", "transformer_csan3d", "--save-dir", save, "--cpu-tiny"],
+               check=False)
+    assert done.returncode == 2
+    assert "--arch transformer_csan3d is not a registered architecture; did you mean transformer_csan2d" in done.stderr
+    assert not save.exists()  # no run.env (the corrected rerun is not refused), no lock
+    _, err, code = dry_run(data, "--arch", "transformer_csan3d", check=False)  # --dry-run checks it too
+    assert code == 2 and "is not a registered architecture" in err
+
+
+def test_a_second_training_on_a_locked_folder_is_refused(tmp_path):
+    """A trainer that holds SAVE/train.lock (here: this test) keeps every other train.sh out."""
+    data = fake_task(tmp_path)
+    save = tmp_path / "ck"
+    save.mkdir()
+    with open(save / "train.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("train.sh pid 1, trainer pid 2 on elsewhere\n")
+        held.flush()
+        done = run([*TRAIN_SH, "--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny"], check=False)
+    assert done.returncode == 2
+    assert f"{save} is in use by another training (train.sh pid 1, trainer pid 2 on elsewhere)" in done.stderr
+    assert not (save / "run.env").exists() and not (save / "train.log").exists()
+
+
+# ---------------------------------------------------------------- damaged checkpoints (stand-ins)
+
+def stand_in(path, updates, val_loss=None, best=None):
+    state = {"model": {"w": torch.full((3,), float(updates))}, "optimizer_history": [{"num_updates": updates}],
+             "extra_state": {"val_loss": val_loss, "best": best}}
+    torch.save(state, path)
+    return path.read_bytes()
+
+
+def cut(path, fraction=0.4):
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * fraction)])
+
+
+def test_a_cut_checkpoint_last_is_replaced_by_the_newest_intact_one(tmp_path):
+    stand_in(tmp_path / "checkpoint_1_2.pt", 2)
+    newest = stand_in(tmp_path / "checkpoint_1_4.pt", 4)
+    stand_in(tmp_path / "checkpoint_last.pt", 4)
+    cut(tmp_path / "checkpoint_last.pt")
+    [message] = kit.repair_checkpoints(tmp_path)
+    assert "checkpoint_last.pt is damaged" in message and "resuming from checkpoint_1_4.pt" in message
+    assert "PytorchStreamReader failed" in message or "bytes" in message
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == newest
+    assert kit.repair_checkpoints(tmp_path) == []  # now intact and newest: nothing to do
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_damaged_interval_checkpoints_are_passed_over(tmp_path):
+    older = stand_in(tmp_path / "checkpoint_1_2.pt", 2)
+    stand_in(tmp_path / "checkpoint_1_4.pt", 4)
+    cut(tmp_path / "checkpoint_1_4.pt")
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # a copy killed at once
+    messages = kit.repair_checkpoints(tmp_path)
+    assert "resuming from checkpoint_1_2.pt" in messages[0] and "checkpoint_1_4.pt is damaged too" in messages[1]
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == older
+
+
+def test_an_intact_but_older_checkpoint_last_gives_way_to_a_newer_one(tmp_path):
+    """A kill after fairseq wrote checkpoint_1_4.pt and before it copied it over checkpoint_last.pt."""
+    stand_in(tmp_path / "checkpoint_last.pt", 2)
+    newest = stand_in(tmp_path / "checkpoint_1_4.pt", 4)
+    [message] = kit.repair_checkpoints(tmp_path)
+    assert "checkpoint_1_4.pt (update 4) is newer than checkpoint_last.pt (update 2)" in message
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == newest
+
+
+def test_nothing_to_resume_from_is_refused_with_the_way_out(tmp_path):
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 cut")
+    with pytest.raises(kit.Refused, match="is damaged .* no intact checkpoint_E_U.pt is left to resume from; delete it"):
+        kit.repair_checkpoints(tmp_path)
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == b"PK\x03\x04 cut"  # left for the user to judge
+
+
+def test_a_cut_checkpoint_best_is_restored_from_the_checkpoint_it_copied(tmp_path):
+    best = stand_in(tmp_path / "checkpoint_1_2.pt", 2, val_loss=1.5, best=1.5)
+    stand_in(tmp_path / "checkpoint_1_4.pt", 4, val_loss=1.7, best=1.5)
+    stand_in(tmp_path / "checkpoint_last.pt", 4, val_loss=1.7, best=1.5)
+    (tmp_path / "checkpoint_best.pt").write_bytes(b"")
+    [message] = kit.repair_checkpoints(tmp_path)
+    assert "checkpoint_best.pt is damaged" in message and "replaced by checkpoint_1_2.pt" in message
+    assert (tmp_path / "checkpoint_best.pt").read_bytes() == best
+    (tmp_path / "checkpoint_1_2.pt").unlink()  # no longer kept (--keep-interval-updates)
+    cut(tmp_path / "checkpoint_best.pt")
+    [message] = kit.repair_checkpoints(tmp_path)
+    assert "removed" in message and not (tmp_path / "checkpoint_best.pt").exists()
+
+
+# ---------------------------------------------------------------- real training
+
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    """200 random sentence pairs (the target reverses the source), binarised."""
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    for split, n in (("train", 200), ("valid", 16)):
+        pairs = [[rng.choice(words) for _ in range(rng.randint(3, 14))] for _ in range(n)]
+        write(folder / f"{split}.src", [" ".join(p) for p in pairs])
+        write(folder / f"{split}.tgt", [" ".join(reversed(p)) for p in pairs])
+    run(["fairseq-preprocess", "-s", "src", "-t", "tgt", "--trainpref", folder / "train", "--validpref",
+         folder / "valid", "--destdir", folder / "bin", "--joined-dictionary", "--workers", "1"])
+    return folder / "bin"
+
+
+def tiny(data, save, updates, *options):
+    return [*TRAIN_SH, "--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny",
+            "--max-update", updates, *options, "--", "--max-tokens", "256", "--save-interval-updates", "2"]
+
+
+def weights(path):
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_if_uninterrupted(data_bin, tmp_path):
+    whole = tmp_path / "whole"
+    run(tiny(data_bin, whole, 6))
+    # the interrupted run: killed while fairseq copied checkpoint_1_4.pt over checkpoint_last.pt
+    cut_run = tmp_path / "cut"
+    cut_run.mkdir()
+    for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt"):
+        (cut_run / name).write_bytes((whole / name).read_bytes())
+    (cut_run / "checkpoint_last.pt").write_bytes((whole / "checkpoint_1_4.pt").read_bytes()[:100_000])
+    done = run(tiny(data_bin, cut_run, 6))
+    assert f"{cut_run}/checkpoint_last.pt is damaged" in done.stderr
+    assert "resuming from checkpoint_1_4.pt, the newest intact checkpoint" in done.stderr
+    assert "(epoch 1 @ 4 updates)" in done.stdout and "num_updates=6," in done.stdout
+    resumed, reference = weights(cut_run / "checkpoint_last.pt"), weights(whole / "checkpoint_last.pt")
+    assert max((resumed[k] - reference[k]).abs().max().item() for k in reference) <= 1e-6
+
+
+def wait_for(condition, seconds, what):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def trainer_pid(save):
+    m = re.search(r"trainer pid (\d+)", (save / "train.lock").read_text())
+    return int(m.group(1)) if m else None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+@pytest.mark.slow
+def test_the_lock_outlives_a_killed_train_sh_and_sigterm_ends_the_trainer(data_bin, tmp_path):
+    save = tmp_path / "ck"
+    typo = run([*TRAIN_SH, "--data", data_bin, "--arch", "transformer_csan3d", "--save-dir", save, "--cpu-tiny"],
+               check=False)
+    assert typo.returncode == 2
+    long_run = [str(w) for w in tiny(data_bin, save, 100000)]
+    started = []
+    try:
+        # the corrected run into the same folder is not refused
+        first = subprocess.Popen(long_run, cwd=REPO, env=environment(), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+        started.append(first)
+        wait_for(lambda: (save / "train.log").is_file() and "num_updates=2," in (save / "train.log").read_text(),
+                 240, "the first updates")
+        orphan = trainer_pid(save)
+        started.append(orphan)
+        first.kill()  # SIGKILL of train.sh alone: its trainer runs on, orphaned, and keeps the lock
+        first.wait(timeout=30)
+        time.sleep(1)
+        assert alive(orphan)
+        refused = run(long_run, check=False)
+        assert refused.returncode == 2 and "is in use by another training" in refused.stderr
+        assert f"trainer pid {orphan}" in refused.stderr
+        os.kill(orphan, signal.SIGTERM)
+        wait_for(lambda: not alive(orphan), 60, "the orphaned trainer to end")
+
+        # SIGTERM to train.sh ends its trainer and frees the folder
+        second = subprocess.Popen(long_run, cwd=REPO, env=environment(), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        started.append(second)
+        wait_for(lambda: trainer_pid(save) not in (None, orphan), 240, "the second trainer")
+        trainer = trainer_pid(save)
+        time.sleep(3)
+        second.send_signal(signal.SIGTERM)
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 128 + signal.SIGTERM
+        assert f"SIGTERM: stopping the trainer (pid {trainer})" in err and "resuming from" in err
+        assert not alive(trainer)
+        with open(save / "train.lock") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free
+    finally:
+        for p in started:
+            if isinstance(p, int):
+                if alive(p):
+                    os.kill(p, signal.SIGKILL)
+            elif p.poll() is None:
+                p.kill()
