@@ -14,6 +14,9 @@ BEAM = 4
 LENPEN = 0.6
 MAX_LEN_A = 1
 MAX_LEN_B = 50
+# sentences per batch when decoding a test set (evaluate.sh's default); it matters beyond speed:
+# fairseq caps an output at MAX_LEN_A x the longest source of its batch + MAX_LEN_B
+BATCH_SIZE = 128
 
 
 def generate_args(beam: int = BEAM, lenpen: float = LENPEN):

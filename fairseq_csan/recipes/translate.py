@@ -1,161 +1,236 @@
 """Translate a raw text file with a trained model, with exactly the recipe's pre- and
 post-processing.
 
-usage: python -m fairseq_csan.recipes.translate --data DIR --checkpoint FILE --input RAW [--output OUT]
-                                   [--beam 4] [--lenpen 0.6] [--batch-size 128] [--cpu] [--fp16] [--force]
+usage: python -m fairseq_csan.recipes.translate (--data DIR --checkpoint FILE | --model FOLDER)
+           --input RAW [--output OUT] [--beam 4] [--lenpen 0.6] [--batch-size 128] [--cpu] [--fp16] [--force]
 
---data is the task folder that examples/*/prepare.sh made and the model was trained on: its
-recipe.env names the languages, bpe/ holds the BPE codes and data-bin/ the dictionaries. Each
+The model is either a checkpoint with the prepared task folder it was trained on (--data: the
+folder that examples/*/prepare.sh made, for its languages, dictionaries and BPE codes), or a
+model folder that fairseq_csan.recipes.export wrote (--model). Either way it is loaded once
+through fairseq's hub interface, configured as export.py configures a model folder, and each
 line of --input (raw text in the source language, one sentence a line) is
 
-1. tokenised as the recipe tokenised its training data (fairseq_csan/recipes/text.py: Moses for en
-   and de, jieba for zh, MeCab for ja),
-2. split into subwords with the recipe's BPE codes (subword-nmt, as `apply-bpe -c CODES`),
-3. translated by fairseq-interactive with the evaluation's settings (scripts/evaluate.sh:
-   beam 4, length penalty 0.6, output length at most the source length + 50; BPE removed),
-4. Moses-detokenised in the target language, as fairseq_csan/recipes/score.py detokenises hypotheses.
+1. tokenised as the recipe tokenised its training data (--tokenizer csan_recipe,
+   fairseq_csan/tokenizer.py: Moses for en and de, jieba for zh, MeCab for ja),
+2. split into subwords with the recipe's BPE codes (fairseq's subword_nmt BPE),
+3. translated with the papers' decoding settings (decoding.py: beam 4, length penalty 0.6,
+   output length at most the source length + 50; BPE removed),
+4. detokenised in the target language as score.py detokenises hypotheses (Moses).
 
-OUT (default: INPUT.TGT, e.g. test.en.de) gets one translation a line, in input order, and
-OUT.tok the tokenised translations. Nothing is overwritten without --force, and nothing is
-written inside --data. On a prepared task's test set it gives what evaluate.sh writes to
-hyp.detok and hyp.tok (tests/test_readme.py checks it on a test set decoded as one batch: the
-two fairseq tools group sentences into batches differently, and beam search caps each output
-at 1 x the longest source of its batch + 50 tokens, so on a large test set a hypothesis that
-reaches that cap can differ).
+Lines end at "\\n" only (a "\\r", form feed, NEL or U+2028 inside a line stays in it), the input
+is UTF-8 with a byte-order mark removed, and an undecodable byte stops the command with its file
+and line named. '-' (or /dev/stdin) reads standard input. OUT (default: INPUT.TGT, e.g.
+test.en.de) gets one translation a line, in input order, always as many lines as the input: an
+empty line gets an empty translation, and a line longer than the model's source positions is
+translated in pieces cut between words (the line number is reported). OUT.tok gets the
+tokenised translations. Nothing is overwritten without --force, and nothing is written inside --data.
+
+On a prepared task's test set it gives what evaluate.sh writes to hyp.detok and hyp.tok when
+both decode it in the same batches (tests/test_translate.py): fairseq caps each output at
+1 x the longest source of its batch + 50 tokens, and fairseq-generate groups sentences by
+reference length, which raw input does not have, so a hypothesis that runs to that cap can differ.
 """
 
 import argparse
+import logging
 import os
-import subprocess
 import sys
-import tempfile
 import time
+import warnings
 from pathlib import Path
 
-PLUGIN = Path(__file__).resolve().parents[1]  # the fairseq_csan package, for --user-dir
-BUFFER_BATCHES = 8  # fairseq-interactive reads and decodes this many batches at a time (progress in between)
-from .text import make_tokenizer
+from . import decoding
 
-
-def recipe(data: Path):
-    env = data / "recipe.env"
-    if not env.is_file() or not (data / "data-bin").is_dir():
-        raise SystemExit(f"translate: {data} is not a prepared task folder (no recipe.env or data-bin/; "
-                         "give the folder that examples/*/prepare.sh made)")
-    settings = dict(line.split("=", 1) for line in env.read_text(encoding="utf-8").splitlines() if "=" in line)
-    src, tgt = settings["src"], settings["tgt"]
-    codes = data / "bpe" / "codes" if settings.get("joint_bpe") == "1" else data / "bpe" / f"codes.{src}"
-    if not codes.is_file():
-        raise SystemExit(f"translate: no BPE codes {codes} (prepare {data} again with examples/*/prepare.sh)")
-    return src, tgt, codes
+BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
 
 def preprocess(lines, src: str, codes: Path):
-    from subword_nmt.apply_bpe import BPE
+    """The recipe's subword lines for raw ``lines`` (tokeniser, then BPE), as the hub model
+    of a task folder makes them; an empty line stays empty."""
+    from fairseq.data.encoders import build_bpe
 
-    tokenize = make_tokenizer(src)
-    with open(codes, encoding="utf-8") as f:
-        bpe = BPE(f)
-    tokenised = [" ".join(tokenize(line).split()) if line.strip() else "" for line in lines]
-    return [bpe.process_line(line) for line in tokenised]
+    from .text import line_tokenizer
+
+    tokenize = line_tokenizer(src)
+    bpe = build_bpe(argparse.Namespace(bpe="subword_nmt", bpe_codes=str(codes), bpe_separator="@@"))
+    return [bpe.encode(t) if t else "" for t in map(tokenize, lines)]
 
 
-def translate(args, src, tgt, bpe_lines, progress_every=30.0):
-    """Run fairseq-interactive over the subword lines; the tokenised hypotheses in input order."""
-    with tempfile.TemporaryDirectory() as tmp:
-        bpe_file = Path(tmp) / f"input.{src}"
-        bpe_file.write_text("".join(line + "\n" for line in bpe_lines), encoding="utf-8")
-        command = ["fairseq-interactive", str(args.data / "data-bin"), "--user-dir", str(PLUGIN),
-                   "--path", str(args.checkpoint), "--source-lang", src, "--target-lang", tgt,
-                   "--input", str(bpe_file), "--buffer-size", str(BUFFER_BATCHES * args.batch_size),
-                   "--batch-size", str(args.batch_size), "--beam", str(args.beam), "--lenpen", str(args.lenpen),
-                   "--max-len-a", "1", "--max-len-b", "50", "--remove-bpe"]
-        command += ["--cpu"] if args.cpu else []
-        command += ["--fp16"] if args.fp16 else []
-        hyps, log = {}, []
-        last = time.time()
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              encoding="utf-8", env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
-            for line in proc.stdout:
-                if line.startswith("H-"):
-                    head, _score, text = line.rstrip("\n").split("\t", 2)  # H-id, score, text
-                    hyps[int(head[2:])] = text
-                    if time.time() - last >= progress_every:
-                        print(f"[translate]     {len(hyps)} of {len(bpe_lines)} sentences", file=sys.stderr)
-                        last = time.time()
-                elif not line.startswith(("S-", "W-", "D-", "P-")):
-                    log.append(line)
-        if proc.returncode != 0:
-            sys.stderr.write("".join(log[-20:]))
-            raise SystemExit(f"translate: fairseq-interactive failed (exit {proc.returncode}; its log above)")
-    if sorted(hyps) != list(range(len(bpe_lines))):
-        raise SystemExit(f"translate: fairseq-interactive returned {len(hyps)} translations for {len(bpe_lines)} lines")
-    return [hyps[i] for i in range(len(bpe_lines))]
+def load(args):
+    """The hub model (fairseq's GeneratorHubInterface) of --model, or of --checkpoint on --data."""
+    import fairseq_csan  # noqa: F401  (our architectures and --tokenizer csan_recipe)
+    from fairseq import checkpoint_utils, hub_utils
+    from fairseq.models.transformer import TransformerModel
+    from omegaconf import open_dict
+
+    from .export import hub_overrides
+    from .task import NotATask, PreparedTask
+
+    if args.model:
+        hub = TransformerModel.from_pretrained(str(args.model))
+    else:
+        try:
+            task = PreparedTask.open(args.data)
+        except NotATask as error:
+            raise SystemExit(f"translate: {error}")
+        codes = task.codes(task.src)
+        if not codes.is_file():
+            raise SystemExit(f"translate: no BPE codes {codes} (prepare {args.data} again with examples/*/prepare.sh)")
+        overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
+        models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task([str(args.checkpoint)],
+                                                                                 arg_overrides=overrides)
+        hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
+    if getattr(hub.cfg.tokenizer, "_name", None) != "csan_recipe":
+        raise SystemExit(f"translate: {args.model} has no recipe tokenizer in its configuration; export it with "
+                         "python -m fairseq_csan.recipes.export")
+    with open_dict(hub.cfg):
+        hub.cfg.dataset.batch_size = args.batch_size
+        hub.cfg.dataset.max_tokens = None
+    hub.eval()
+    if not args.cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("translate: no GPU found; pass --cpu to decode on the CPU")
+        hub.cuda()
+    if args.fp16:
+        hub.half()
+    return hub
+
+
+def pieces(tokens, limit: int):
+    """Cut a list of subword tokens into pieces of at most ``limit`` tokens, between words
+    (after a token without the BPE continuation mark) unless a word is longer than ``limit``."""
+    out = []
+    while len(tokens) > limit:
+        # aim at even pieces (no stub at the end); cut at the word boundary nearest that size
+        size = -(-len(tokens) // -(-len(tokens) // limit))
+        ends = [i for i in range(1, limit + 1) if not tokens[i - 1].endswith("@@")]
+        cut = min(ends, key=lambda i: (abs(i - size), -i)) if ends else size
+        out.append(tokens[:cut])
+        tokens = tokens[cut:]
+    return out + [tokens]
+
+
+def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float = 30.0,
+                    log=lambda message: print(message, file=sys.stderr)):
+    """(tokenised, detokenised) translations of raw ``lines``, line for line, in batches of
+    the hub's ``cfg.dataset.batch_size`` sentences."""
+    limit = hub.max_positions[0] - 1 if hub.max_positions and hub.max_positions[0] else None  # + end of sentence
+    jobs = []  # (line index, subword text of one piece)
+    for number, line in enumerate(lines, 1):
+        subwords = hub.apply_bpe(hub.tokenize(line)).split() if line.strip() else []
+        if not subwords:
+            continue  # an empty line gets an empty translation, not one the model makes up
+        parts = pieces(subwords, limit) if limit else [subwords]
+        if len(parts) > 1:
+            log(f"[translate] line {number}: {len(subwords)} subword tokens, over the model's {limit + 1} source "
+                f"positions (with the end of sentence): translated in {len(parts)} pieces")
+        jobs += [(number - 1, " ".join(p)) for p in parts]
+
+    results = []
+    buffer = BUFFER_BATCHES * hub.cfg.dataset.batch_size
+    last = time.time()
+    for start in range(0, len(jobs), buffer):
+        chunk = jobs[start:start + buffer]
+        batched = hub.generate([hub.binarize(text) for _, text in chunk], beam=beam, lenpen=lenpen)
+        results += [hub.remove_bpe(hub.string(hypos[0]["tokens"])) for hypos in batched]
+        if time.time() - last >= progress_every:
+            log(f"[translate]     {start + len(chunk)} of {len(jobs)} sentences")
+            last = time.time()
+    tokenised = [[] for _ in lines]
+    for (index, _), hyp in zip(jobs, results):
+        if hyp:
+            tokenised[index].append(hyp)
+    tokenised = [" ".join(parts) for parts in tokenised]
+    return tokenised, [hub.detokenize(t) if t else "" for t in tokenised]
+
+
+def write_atomically(path: Path, lines) -> None:
+    part = path.with_name(path.name + ".tmp")
+    with open(part, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(part, path)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[2:]))
-    parser.add_argument("--data", required=True, type=Path, help="the prepared task folder (examples/*/prepare.sh)")
-    parser.add_argument("--checkpoint", required=True, type=Path,
-                        help="a checkpoint: checkpoint_best.pt, or evaluate.sh's averaged.pt")
+    parser.add_argument("--data", type=Path, help="the prepared task folder (examples/*/prepare.sh)")
+    parser.add_argument("--checkpoint", type=Path, help="a checkpoint: checkpoint_best.pt, or evaluate.sh's averaged.pt")
+    parser.add_argument("--model", type=Path, help="instead of --data and --checkpoint: a model folder that "
+                                                   "python -m fairseq_csan.recipes.export wrote")
     parser.add_argument("--input", required=True, type=Path,
                         help="raw text in the source language, one sentence a line ('-': standard input)")
     parser.add_argument("--output", type=Path, help="translations (default: INPUT with the target language's suffix)")
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--lenpen", type=float, default=0.6)
-    parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (default 128, as evaluate.sh)")
+    parser.add_argument("--beam", type=int, default=decoding.BEAM, help=f"beam size (default {decoding.BEAM})")
+    parser.add_argument("--lenpen", type=float, default=decoding.LENPEN,
+                        help=f"length penalty (default {decoding.LENPEN})")
+    parser.add_argument("--batch-size", type=int, default=decoding.BATCH_SIZE,
+                        help=f"sentences per batch (default {decoding.BATCH_SIZE}, as evaluate.sh)")
     parser.add_argument("--cpu", action="store_true", help="decode on the CPU")
     parser.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    parser.add_argument("--progress-every", type=float, default=30.0, metavar="S",
+                        help="report the sentences done every S seconds (default 30)")
     args = parser.parse_args(argv)
 
-    src, tgt, codes = recipe(args.data)
-    if not args.checkpoint.is_file():
+    if args.model:
+        if args.data or args.checkpoint:
+            parser.error("--model replaces --data and --checkpoint; give either --model, or --data and --checkpoint")
+        if not (args.model / "model.pt").is_file():
+            parser.error(f"--model {args.model}: no model.pt there (write the folder with "
+                         "python -m fairseq_csan.recipes.export)")
+    elif not (args.data and args.checkpoint):
+        parser.error("give --data and --checkpoint (a task folder and a checkpoint trained on it), or --model FOLDER")
+    elif not args.checkpoint.is_file():
         parser.error(f"--checkpoint {args.checkpoint}: no such file")
-    stdin = str(args.input) == "-"
-    if not stdin and not args.input.exists():
+    stdin = str(args.input) in ("-", "/dev/stdin")
+    if not stdin and not args.input.is_file():
         parser.error(f"--input {args.input}: no such file")
     if stdin and args.output is None:
-        parser.error("--input - (standard input) needs --output")
+        parser.error(f"--input {args.input} (standard input) needs --output")
     for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
         if value < 1:
             parser.error(f"{flag} must be a positive whole number, got {value}")
-    output = args.output or args.input.with_name(f"{args.input.name}.{tgt}")
-    if not stdin and output.resolve() == args.input.resolve():
-        parser.error(f"--output {output} is the input; give another --output")
-    if args.data.resolve() in output.resolve().parents:
-        parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
-                     "(its references among them); give an --output elsewhere")
-    tok_output = output.with_name(output.name + ".tok")
-    existing = [str(p) for p in (output, tok_output) if p.exists()]
-    if existing and not args.force:
-        parser.error(f"{', '.join(existing)} exist; pass --force to overwrite")
+    if args.fp16 and args.cpu:
+        parser.error("--fp16 decodes on a GPU; leave out --cpu, or --fp16")
 
-    # lines end at "\n" only: str.splitlines() would also break at "\r", form feed, NEL and
-    # U+2028 inside a line and shift every translation after it
-    from .corpora import Missing, text_lines
+    def outputs(output):
+        if not stdin and output.resolve() == args.input.resolve():
+            parser.error(f"--output {output} is the input; give another --output")
+        if args.data and args.data.resolve() in output.resolve().parents:
+            parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
+                         "(its references among them); give an --output elsewhere")
+        tok_output = output.with_name(output.name + ".tok")
+        existing = [str(p) for p in (output, tok_output) if p.exists()]
+        if existing and not args.force:
+            parser.error(f"{', '.join(existing)} exist; pass --force to overwrite")
+        return output, tok_output
+
+    if args.output:  # before the slow work (the default name waits for the model's target language)
+        outputs(args.output)
+
+    from .text import TextError, read_lines
 
     try:
-        lines = list(text_lines(Path("/dev/stdin") if stdin else args.input))
-    except Missing as error:
+        lines = read_lines("-" if stdin else args.input)
+    except TextError as error:
         parser.error(str(error))
-    print(f"[translate] {len(lines)} lines of {args.input}: tokenise ({src}) and apply {codes}", file=sys.stderr)
-    bpe_lines = preprocess(lines, src, codes)
-    print(f"[translate] fairseq-interactive with {args.checkpoint}: beam {args.beam}, length penalty {args.lenpen}",
-          file=sys.stderr)
-    # an empty line gets an empty translation, not one the model makes up for nothing
-    content = [i for i, line in enumerate(bpe_lines) if line.strip()]
-    hyps = [""] * len(bpe_lines)
-    for i, hyp in zip(content, translate(args, src, tgt, [bpe_lines[i] for i in content]) if content else []):
-        hyps[i] = hyp
-    from sacremoses import MosesDetokenizer
 
-    detok = MosesDetokenizer(tgt)
+    logging.getLogger("fairseq").setLevel(logging.WARNING)  # its INFO lines (the whole configuration) are noise here
+    warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true but no accelerator")
+    hub = load(args)
+    src, tgt = hub.cfg.task.source_lang, hub.cfg.task.target_lang
+    output, tok_output = outputs(args.output or args.input.with_name(f"{args.input.name}.{tgt}"))
+
+    print(f"[translate] {len(lines)} lines of {args.input} ({src} -> {tgt}) with {args.model or args.checkpoint}: "
+          f"beam {args.beam}, length penalty {args.lenpen:g}", file=sys.stderr)
+    tokenised, detokenised = translate_lines(hub, lines, args.beam, args.lenpen, args.progress_every)
     output.parent.mkdir(parents=True, exist_ok=True)
-    tok_output.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    output.write_text("".join((detok.detokenize(h.split()) if h else "") + "\n" for h in hyps), encoding="utf-8")
+    write_atomically(tok_output, tokenised)
+    write_atomically(output, detokenised)
     print(f"[translate] done: {output} ({tgt}, detokenised) and {tok_output} (tokenised)", file=sys.stderr)
 
 

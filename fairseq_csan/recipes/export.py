@@ -1,0 +1,181 @@
+"""Export a trained model as a fairseq model folder that translates raw text on its own.
+
+usage: python -m fairseq_csan.recipes.export --data TASKDIR --checkpoint CKPT --out FOLDER [--force]
+
+FOLDER gets what fairseq's published translation models hold: model.pt (the weights, without
+the optimizer state), dict.SRC.txt and dict.TGT.txt, and bpecodes. The checkpoint's
+configuration names the recipe's tokenisation (``--tokenizer csan_recipe``,
+fairseq_csan/tokenizer.py), the BPE (subword_nmt with the folder's bpecodes) and the papers'
+decoding settings (decoding.py: beam 4, length penalty 0.6, output length <= source + 50,
+128 sentences a batch), so that, with the plugin imported::
+
+    import fairseq_csan
+    from fairseq.models.transformer import TransformerModel
+    model = TransformerModel.from_pretrained("FOLDER")
+    print(model.translate("A man is riding a bicycle."))
+
+gives the recipe's translation (what evaluate.sh writes to hyp.detok) with no other argument.
+An existing FOLDER with other contents is kept unless --force; the same export again is a no-op.
+"""
+
+import argparse
+import filecmp
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from . import decoding
+from .task import NotATask, PreparedTask
+
+TOKENIZER = "csan_recipe"
+
+
+class ExportError(Exception):
+    pass
+
+
+def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int = decoding.BATCH_SIZE) -> dict:
+    """The configuration that makes a checkpoint of ``task`` translate raw text as the recipe
+    does: fairseq's ``arg_overrides`` (set by name in every group of the checkpoint's cfg)."""
+    return {"data": data, "source_lang": task.src, "target_lang": task.tgt,
+            "tokenizer": TOKENIZER, "bpe": "subword_nmt", "bpe_codes": bpe_codes,
+            **decoding.generation_overrides(), "batch_size": batch_size, "max_tokens": None}
+
+
+def check_languages(task: PreparedTask) -> None:
+    from .text import make_detokenizer
+
+    try:
+        make_detokenizer(task.tgt)
+    except ValueError as error:
+        raise ExportError(f"{task.root}: target language {task.tgt}: {error}") from None
+
+
+def load_state(checkpoint: Path, overrides: dict) -> dict:
+    import fairseq_csan  # noqa: F401  (our architectures, the tokenizer, the loading fixes)
+    from fairseq import checkpoint_utils
+
+    try:
+        return checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides=overrides)
+    except Exception as error:  # a damaged or foreign file: say which
+        raise ExportError(f"cannot read the checkpoint {checkpoint}: {type(error).__name__}: {error}") from None
+
+
+def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> None:
+    """The checkpoint's embedding tables must have the sizes of the task's dictionaries."""
+    from fairseq.data import Dictionary
+
+    weights = state["model"]
+    for side, lang in (("encoder", task.src), ("decoder", task.tgt)):
+        table = weights.get(f"{side}.embed_tokens.weight")
+        size = len(Dictionary.load(str(task.data_bin / f"dict.{lang}.txt")))
+        if table is not None and table.shape[0] != size:
+            raise ExportError(f"{checkpoint} was not trained on {task.root}: its {side} has {table.shape[0]} "
+                              f"embeddings, dict.{lang}.txt has {size} entries; give the task folder it was "
+                              "trained on")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
+    import torch
+    from omegaconf import OmegaConf, open_dict
+
+    state = load_state(checkpoint, hub_overrides(task, data=".", bpe_codes="bpecodes"))
+    check_dictionaries(state, task, checkpoint)
+    cfg = state["cfg"]  # fairseq's loader gives an OmegaConf config, the overrides set
+    with open_dict(cfg):
+        cfg.common.user_dir = None  # the training machine's path; importing the plugin is the user's part
+    state["cfg"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # as fairseq saves it
+    state["last_optimizer_state"] = None
+    state["args"] = None
+    torch.save(state, folder / "model.pt")
+    for lang in (task.src, task.tgt):
+        shutil.copyfile(task.data_bin / f"dict.{lang}.txt", folder / f"dict.{lang}.txt")
+    shutil.copyfile(task.codes(task.src), folder / "bpecodes")
+    about = {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
+             "tokenizer": TOKENIZER, "bpe": "subword_nmt", **decoding.generation_overrides()}
+    (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
+
+
+def same_folder(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir())
+    if names != sorted(p.name for p in b.iterdir()):
+        return False
+    match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
+    return not mismatch and not errors
+
+
+def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
+    """Write the model folder; 'written', 'replaced' or 'unchanged'."""
+    try:
+        task = PreparedTask.open(data)
+    except NotATask as error:
+        raise ExportError(str(error)) from None
+    if not checkpoint.is_file():
+        raise ExportError(f"no checkpoint {checkpoint}")
+    codes = task.codes(task.src)
+    if not codes.is_file():
+        raise ExportError(f"no BPE codes {codes} (prepare {data} again with examples/<task>/prepare.sh)")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a folder")
+    if out.resolve() == task.root.resolve() or task.root.resolve() in out.resolve().parents:
+        raise ExportError(f"{out} is inside the task folder {data}; give a folder elsewhere")
+    check_languages(task)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(new, ignore_errors=True)
+    new.mkdir()
+    try:
+        write_folder(task, checkpoint, new)
+        if out.is_dir() and any(out.iterdir()):
+            if same_folder(new, out):
+                shutil.rmtree(new)
+                return "unchanged"
+            if not force:
+                raise ExportError(f"{out} holds another model folder (or other files); pass --force to replace it, "
+                                  "or give another --out")
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(new, out)
+            shutil.rmtree(old)
+            return "replaced"
+        if out.is_dir():
+            out.rmdir()
+        os.replace(new, out)
+        return "written"
+    finally:
+        if new.exists():
+            shutil.rmtree(new)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.export", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p.add_argument("--data", required=True, type=Path, help="the prepared task folder the model was trained on")
+    p.add_argument("--checkpoint", required=True, type=Path,
+                   help="the checkpoint: evaluate.sh's averaged.pt, or checkpoint_best.pt")
+    p.add_argument("--out", required=True, type=Path, help="the model folder to write")
+    p.add_argument("--force", action="store_true", help="replace an existing, different --out")
+    args = p.parse_args(argv)
+    try:
+        how = export(args.data, args.checkpoint, args.out, args.force)
+    except ExportError as error:
+        p.error(str(error))
+    print(f"[export] {args.out}: {how} (model.pt, dict.*.txt, bpecodes; translate with "
+          f"python -m fairseq_csan.recipes.translate --model {args.out} --input FILE)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

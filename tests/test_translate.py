@@ -1,0 +1,145 @@
+"""fairseq_csan.recipes.translate: raw text -> translations through the hub interface, line for
+line whatever the input holds (odd line breaks, a BOM, empty lines, over-long lines, stdin)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import shared_corpus
+from recipe_helpers import fake_task, lines, run, write
+
+from fairseq_csan.recipes.translate import pieces
+
+TRANSLATE = [sys.executable, "-m", "fairseq_csan.recipes.translate"]
+
+
+def trained_task(root, test_lines=32, updates=4):
+    """A small prepared Multi30k task (1,000 training pairs, 300 BPE merges, ``test_lines`` test
+    pairs) and a tiny model trained on it for a few updates on the CPU."""
+    m30k = shared_corpus("multi30k_en_de")
+    raw = root / "raw"
+    for name, source, size in (("train", "train", 1000), ("val", "val", 20), ("test_2016_flickr", "test_2016_flickr", test_lines)):
+        for lang in ("en", "de"):
+            write(raw / f"{name}.{lang}", lines(m30k / f"{source}.{lang}")[:size])
+    task, save = root / "task", root / "ck"
+    run(["bash", "examples/multi30k/prepare.sh", "--raw-dir", raw, "--out", task, "--merges", 300, "--workers", 2,
+         "--no-download"])
+    run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer_csan2d", "--save-dir", save, "--cpu-tiny",
+         "--max-update", updates])
+    return task, save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return trained_task(tmp_path_factory.mktemp("translate"))
+
+
+# ---------------------------------------------------------------- without a model
+
+def test_pieces_cut_between_words_and_fit():
+    tokens = "a@@ b c@@ d@@ e f g@@ h i j".split()
+    out = pieces(tokens, 4)
+    assert [t for p in out for t in p] == tokens and all(len(p) <= 4 for p in out)
+    assert all(not p[-1].endswith("@@") for p in out)  # no word cut in two
+    assert pieces(tokens, 100) == [tokens]
+    one_word = [f"x{i}@@" for i in range(9)] + ["y"]
+    out = pieces(one_word, 4)  # a word longer than the limit is cut anyway
+    assert [t for p in out for t in p] == one_word and all(len(p) <= 4 for p in out)
+    assert [len(p) for p in pieces(["w"] * 9, 8)] == [5, 4]  # even pieces, no stub
+
+
+def fake_model(tmp_path):
+    data = fake_task(tmp_path)
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"not read before the input is")
+    return ["--data", str(data), "--checkpoint", str(checkpoint)]
+
+
+def test_undecodable_input_is_named_by_file_and_line_before_any_work(tmp_path):
+    bad = tmp_path / "bad.en"
+    bad.write_bytes(b"\xef\xbb\xbfgood\nbad \xff byte\n")  # a BOM, then a Latin-1 byte on line 2
+    done = subprocess.run(TRANSLATE + fake_model(tmp_path) + ["--input", str(bad), "--output", str(tmp_path / "o")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and f"{bad}:2: not UTF-8 (byte 0xff at column 5)" in done.stderr
+    for name in ("-", "/dev/stdin"):  # standard input, by either name
+        done = subprocess.run(TRANSLATE + fake_model(tmp_path) + ["--input", name, "--output", str(tmp_path / "o")],
+                              input=b"ok\n\x80\n", capture_output=True)
+        assert done.returncode == 2 and b"<stdin>:2: not UTF-8" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--model", "M", "--input", "x"], "--model replaces --data and --checkpoint"),
+    (["--input", "-"], "needs --output"),
+    (["--input", "x", "--beam", "0"], "--beam must be a positive whole number, got 0"),
+    (["--input", "x", "--batch-size", "0"], "--batch-size must be a positive whole number, got 0"),
+])
+def test_bad_command_lines_stop_early(tmp_path, extra, message):
+    (tmp_path / "x").write_text("a\n", encoding="utf-8")
+    done = subprocess.run(TRANSLATE + fake_model(tmp_path) + extra, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_model_or_task_is_required(tmp_path):
+    done = subprocess.run(TRANSLATE + ["--input", "x"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "give --data and --checkpoint" in done.stderr
+    done = subprocess.run(TRANSLATE + ["--model", str(tmp_path), "--input", "x"], capture_output=True, text=True)
+    assert done.returncode == 2 and "no model.pt there" in done.stderr
+
+
+# ---------------------------------------------------------------- with a tiny trained model
+
+@pytest.mark.slow
+def test_odd_lines_keep_their_place(tiny, tmp_path):
+    """Only \\n ends a line: a \\r, \\r\\n, form feed, NEL or U+2028 inside a line is a blank, as
+    preparation reads it (str.splitlines() broke there and shifted every later translation);
+    a BOM is removed; an empty or blank line gets an empty translation; standard input."""
+    task, checkpoint = tiny
+    rows = ["A man in red.", "A man\rin red.", "", "A man\fin red.", "A man\x85in red.", "A man\u2028in red.",
+            "   ", "A man in red.\r", "Two dogs play."]
+    raw = ("\ufeff" + "\n".join(rows) + "\n").encode("utf-8")
+    assert len(raw.decode("utf-8").splitlines()) > len(rows)  # the old reader's fault
+    out = tmp_path / "out.de"
+    done = subprocess.run(TRANSLATE + ["--data", str(task), "--checkpoint", str(checkpoint), "--input", "-",
+                                       "--output", str(out), "--cpu"], input=raw, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    got = out.read_bytes().decode("utf-8").split("\n")
+    assert len(got) == len(rows) + 1 and got[-1] == ""
+    assert got[2] == got[6] == ""
+    # the same sentence with a blank of another kind is the same sentence
+    assert got[0] and all(got[i] == got[0] for i in (1, 3, 4, 5, 7)), got
+    assert len(lines(tmp_path / "out.de.tok")) == len(rows)
+    # nothing overwritten without --force
+    again = subprocess.run(TRANSLATE + ["--data", str(task), "--checkpoint", str(checkpoint), "--input", "-",
+                                        "--output", str(out), "--cpu"], input=raw, capture_output=True)
+    assert again.returncode == 2 and b"exist; pass --force to overwrite" in again.stderr
+
+
+@pytest.mark.slow
+def test_too_long_lines_are_translated_in_pieces(tiny, tmp_path):
+    """A line over the model's source positions is cut between words and each piece translated;
+    no line is dropped and the file goes on (fairseq stops at such a line)."""
+    import argparse
+
+    from fairseq_csan.recipes.translate import load, translate_lines
+
+    task, checkpoint = tiny
+    hub = load(argparse.Namespace(model=None, data=task, checkpoint=checkpoint, batch_size=1, cpu=True, fp16=False))
+    short, long = "A man in red.", "A man in red. Two dogs play. " * 4 + "A girl runs."
+    subwords = hub.apply_bpe(hub.tokenize(long)).split()
+    limit = 12
+    assert len(subwords) > limit
+    hub.max_positions = (limit + 1, hub.max_positions[1])  # as a model with 13 source positions
+    with pytest.raises(Exception, match="(?i)invalid|max_positions"):
+        hub.generate([hub.binarize(" ".join(subwords))], beam=4)
+    messages = []
+    tok, detok = translate_lines(hub, [short, long, "", short], beam=4, lenpen=0.6, progress_every=0,
+                                 log=messages.append)
+    assert len(tok) == len(detok) == 4 and detok[2] == "" and detok[0] == detok[3] != ""
+    expected_pieces = pieces(subwords, limit)
+    assert f"[translate] line 2: {len(subwords)} subword tokens, over the model's {limit + 1} source positions " \
+           f"(with the end of sentence): translated in {len(expected_pieces)} pieces" in messages
+    hyps = [hub.remove_bpe(hub.string(hub.generate([hub.binarize(" ".join(p))], beam=4, lenpen=0.6)[0][0]["tokens"]))
+            for p in expected_pieces]  # one piece a batch, as batch_size=1 above
+    assert tok[1] == " ".join(h for h in hyps if h)
+    assert any("sentences" in m for m in messages)  # progress on the way
