@@ -301,3 +301,72 @@ def test_the_lock_outlives_a_killed_train_sh_and_sigterm_ends_the_trainer(data_b
                     os.kill(p, signal.SIGKILL)
             elif p.poll() is None:
                 p.kill()
+
+
+# ---------------------------------------------------------------- the docs' training commands, as written
+
+FENCE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+
+
+def doc_commands(text):
+    """The commands of a page's bash blocks: continuation lines joined, comments dropped."""
+    found = []
+    for block in FENCE.findall(text):
+        joined = re.sub(r"\s*\\\n\s*", " ", block)
+        found += [c.strip() for c in joined.splitlines() if c.strip() and not c.strip().startswith("#")]
+    return found
+
+
+def training_section():
+    text = (REPO / "docs/recipes.md").read_text(encoding="utf-8")
+    start = text.index("### Training: `scripts/train.sh`")
+    return text[start:text.index("\n### ", start + 1)]
+
+
+@pytest.mark.slow
+def test_every_training_command_of_the_docs_runs_as_written(tmp_path):
+    """docs/distributed.md and the training section of docs/recipes.md, in a scratch folder with
+    the repository's scripts: the Multi30k preparation they start from on a slice of the corpus
+    (laid out as the README unpacks it), each command that trains on the CPU run as written, and
+    each GPU or multi-machine command with the --dry-run its page offers (the tasks those read
+    stand in as prepared folders)."""
+    m30k = shared_corpus("multi30k_en_de")
+    work = tmp_path / "work"
+    for name in ("scripts", "examples", "fairseq_csan"):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).symlink_to(REPO / name)
+    for name, size in (("train", 600), ("val", 20), ("test_2016_flickr", 20)):
+        for lang in ("en", "de"):
+            write(work / f"data/multi30k_raw/{name}.{lang}", lines(m30k / f"{name}.{lang}")[:size])
+    env = environment()
+    env.pop("MULTI30K", None)
+    commands = doc_commands((REPO / "docs/distributed.md").read_text(encoding="utf-8")) + doc_commands(training_section())
+    trained = [c for c in commands if ("scripts/train.sh" in c or "fairseq-train" in c) and "--help" not in c]
+    assert len(trained) >= 8 and any(c.startswith("torchrun") for c in trained)
+    ran = []
+    for command in commands:
+        words = command.split()
+        if "prepare.sh" in command:
+            out = words[words.index("--out") + 1]
+            if "examples/multi30k/" not in command:  # a download: a prepared folder stands in
+                fake_task(tmp_path / "stand-in").rename(work / out)
+                continue
+        elif command not in trained:
+            continue
+        elif not any(w in ("--cpu", "--cpu-tiny", "--cpu-processes") for w in words):
+            assert words[:2] == ["bash", "scripts/train.sh"], f"a GPU command that cannot be checked here: {command}"
+            command += " --dry-run"
+        done = subprocess.run(["bash", "-c", f"set -euo pipefail\n{command}"], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        ran.append((command, done))
+    for command, done in ran:
+        if "--dry-run" in command or "--save-dir" not in command:
+            continue
+        save = work / command.split("--save-dir ")[1].split()[0]
+        state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+        limit = re.search(r"--max-update (\d+)", command)
+        assert state["optimizer_history"][-1]["num_updates"] == (int(limit.group(1)) if limit else 16), command
+        two = "--cpu-processes 2" in command or "--nproc_per_node 2" in command or "--distributed-world-size 2" in command
+        log = done.stdout + ((save / "train.log").read_text() if (save / "train.log").is_file() else "")
+        assert ("training on 2 devices" in log) == two, command
