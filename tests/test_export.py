@@ -1,0 +1,83 @@
+"""fairseq_csan.recipes.export: a fairseq model folder that translates raw text as the recipe does."""
+
+import subprocess
+import sys
+
+import pytest
+
+from recipe_helpers import fake_task, lines, run, write
+from test_translate import trained_task
+
+EXPORT = [sys.executable, "-m", "fairseq_csan.recipes.export"]
+
+
+def export(*args):
+    return subprocess.run(EXPORT + [str(a) for a in args], capture_output=True, text=True)
+
+
+def test_refusals_name_the_problem(tmp_path):
+    task = fake_task(tmp_path)
+    checkpoint = tmp_path / "ck.pt"
+    checkpoint.write_bytes(b"x")
+    for args, message in (
+        (["--data", tmp_path / "nowhere", "--checkpoint", checkpoint], "is not a prepared task folder"),
+        (["--data", task, "--checkpoint", tmp_path / "none.pt"], "no checkpoint"),
+        (["--data", task, "--checkpoint", checkpoint], "no BPE codes"),
+    ):
+        done = export(*args, "--out", tmp_path / "model")
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    write(task / "bpe/codes", ["#version: 0.2", "a b"])
+    done = export("--data", task, "--checkpoint", checkpoint, "--out", task / "model")
+    assert done.returncode == 2 and "is inside the task folder" in done.stderr
+    done = export("--data", task, "--checkpoint", checkpoint, "--out", tmp_path / "model")
+    assert done.returncode == 2 and f"cannot read the checkpoint {checkpoint}" in done.stderr
+    write(task / "recipe.env", ["task=wmt17_zh_en", "src=en", "tgt=zh"])
+    done = export("--data", task, "--checkpoint", checkpoint, "--out", tmp_path / "model")
+    assert done.returncode == 2 and "target language zh: no detokeniser for 'zh'" in done.stderr
+    assert not (tmp_path / "model").exists() and not list(tmp_path.glob(".model*"))
+
+
+@pytest.mark.slow
+def test_exported_folder_translates_as_evaluate(tmp_path):
+    """Export a tiny trained model; TransformerModel.from_pretrained(folder).translate() with no
+    other argument, translate.py --model and translate.py --data give evaluate.sh's hyp.detok."""
+    task, checkpoint = trained_task(tmp_path, test_lines=32)  # 32: one batch in fairseq-generate too
+    ev = tmp_path / "ev"
+    run(["bash", "scripts/evaluate.sh", "--data", task, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
+    folder = tmp_path / "model"
+    done = export("--data", task, "--checkpoint", checkpoint, "--out", folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in folder.iterdir()) == ["bpecodes", "dict.de.txt", "dict.en.txt", "export.json", "model.pt"]
+
+    raw = lines(task / "raw/test.en")
+    code = ("import json, sys; import fairseq_csan; from fairseq.models.transformer import TransformerModel; "
+            "m = TransformerModel.from_pretrained(sys.argv[1]); raw = json.load(sys.stdin); "
+            "print(json.dumps({'translations': m.translate(raw), 'bpe': [m.apply_bpe(m.tokenize(r)) for r in raw], "
+            "'beam': m.cfg.generation.beam, 'lenpen': m.cfg.generation.lenpen}))")
+    import json
+
+    hub = subprocess.run([sys.executable, "-c", code, str(folder)], input=json.dumps(raw), capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert hub.returncode == 0, hub.stderr[-3000:]
+    got = json.loads(hub.stdout.strip().splitlines()[-1])
+    assert got["bpe"] == lines(task / "bpe/test.en")  # the recipe's tokenisation and BPE
+    assert (got["beam"], got["lenpen"]) == (4, 0.6)
+    assert got["translations"] == lines(ev / "hyp.detok")
+
+    for name, source in (("model", ["--model", folder]), ("task", ["--data", task, "--checkpoint", checkpoint])):
+        run([sys.executable, "-m", "fairseq_csan.recipes.translate", *source, "--input", task / "raw/test.en",
+             "--output", tmp_path / f"{name}.de", "--cpu"])
+        assert (tmp_path / f"{name}.de").read_bytes() == (ev / "hyp.detok").read_bytes()
+        assert (tmp_path / f"{name}.de.tok").read_bytes() == (ev / "hyp.tok").read_bytes()
+
+    # the same export again changes nothing; another model is refused without --force
+    before = (folder / "model.pt").read_bytes()
+    done = export("--data", task, "--checkpoint", checkpoint, "--out", folder)
+    assert done.returncode == 0 and "unchanged" in done.stderr
+    other = sorted(checkpoint.parent.glob("checkpoint_1_*.pt"))[0]
+    done = export("--data", task, "--checkpoint", other, "--out", folder)
+    assert done.returncode == 2 and "pass --force to replace it" in done.stderr
+    assert (folder / "model.pt").read_bytes() == before
+    done = export("--data", task, "--checkpoint", other, "--out", folder, "--force")
+    assert done.returncode == 0 and "replaced" in done.stderr
+    assert (folder / "model.pt").read_bytes() != before
