@@ -82,6 +82,17 @@ FAIRSEQ_HAVE=none
 if [ -n "$FAIRSEQ_MODULE" ]; then FAIRSEQ_HAVE=${FAIRSEQ_DISTS[*]:-"$FAIRSEQ_MODULE (no distribution metadata)"}; fi
 say "environment: Python $PYVER, torch ${TORCH_HAVE:-none}, fairseq $FAIRSEQ_HAVE"
 
+# the requirements of the fairseq installed by step 2, less torchaudio and extras, from its metadata
+FAIRSEQ_DEPS=$(cat <<'EOF'
+import importlib.metadata as md, re, subprocess, sys
+constraints, spec = sys.argv[1:]
+requires = md.requires(re.match(r"[A-Za-z0-9_.-]+", spec)[0]) or []
+wanted = [r for r in requires if "extra ==" not in r and not re.match(r"torchaudio\b", r)]
+print("[install] its requirements less torchaudio:", " ".join(wanted), flush=True)
+sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", "-c", constraints, *wanted]))
+EOF
+)
+
 # --- the plan: what is kept, what is installed; pins go into a pip constraints file ---
 CMDS=()       # commands, one string each: printed by --dry-run, run otherwise
 PINS=()       # name==version lines of the constraints file
@@ -124,9 +135,10 @@ else
   say "2/4 $FAIRSEQ_SPEC from source, against the torch above (about 4.5 minutes on 2 cores), after numpy and cython (it builds against them)"
   add "$PY" -m pip install -c "$CONSTRAINTS" numpy cython
   # --no-build-isolation: build against the installed torch instead of downloading another;
-  # --no-deps: skip torchaudio, which fails to load beside torch 2.13 (fairseq's other
-  # requirements come with step 3, from setup.py).
+  # --no-deps: skip torchaudio, which fails to load beside torch 2.13; its other requirements,
+  # with their exact pins (hydra-core, omegaconf), next, read from its metadata
   add "$PY" -m pip install --no-build-isolation --no-deps "$FAIRSEQ_SPEC"
+  add "$PY" -c "$FAIRSEQ_DEPS" "$CONSTRAINTS" "$FAIRSEQ_SPEC"
   PINS+=("$FAIRSEQ_SPEC")
 fi
 
