@@ -45,7 +45,7 @@ def write_documents(corpus: Path, out: Path):
 @pytest.fixture(scope="module")
 def long_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("long")
-    run([sys.executable, REPO / "examples" / "quickstart" / "make_toy_corpus.py", work / "toy",
+    run([sys.executable, "-m", "fairseq_csan.recipes.toy_corpus", work / "toy",
          "--train", "2000", "--valid", "260", "--test", "500"])
     write_documents(work / "toy", work / "raw")
     run(["fairseq-preprocess", "--source-lang", "en", "--target-lang", "de", "--joined-dictionary",
