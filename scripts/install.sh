@@ -39,31 +39,7 @@ say() { echo "[install] $*"; }
 die() { echo "[install] error: $*" >&2; exit 1; }
 
 # --- what the environment holds: distribution versions from their metadata (nothing is imported) ---
-probe=$("$PY" - <<'EOF'
-import importlib.metadata as md, importlib.util, re, sys
-sys.path = [p for p in sys.path if p not in ("", ".")]  # the current folder is not the environment
-norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
-versions, fairseqs = {}, []
-for dist in md.distributions():
-    name = dist.metadata["Name"]
-    if not name or norm(name) in versions:
-        continue  # a later copy of a name is shadowed by the first one on sys.path
-    versions[norm(name)] = dist.version
-    # a distribution that provides the module fairseq (fairseq, fairseq-fixed, an editable GitHub main, ...)
-    top = (dist.read_text("top_level.txt") or "").split()
-    files = [str(f) for f in (dist.files or [])]
-    if norm(name) != "fairseq-csan" and ("fairseq" in top or norm(name) in ("fairseq", "fairseq-fixed")
-                                         or any(f.startswith("fairseq/") for f in files)):
-        fairseqs.append(f"{name}=={dist.version}")
-spec = importlib.util.find_spec("fairseq")
-print("python", ".".join(map(str, sys.version_info[:3])))
-print("prefix", sys.prefix)
-print("fairseq_module", spec.origin if spec and spec.origin else ("namespace" if spec else ""))
-print("fairseq_dists", " ".join(fairseqs))
-for name in ("torch", "torchaudio", "hydra-core", "omegaconf", "numpy"):
-    print(name, versions.get(name, ""))
-EOF
-) || die "could not run $PY (set PYTHON to the environment's interpreter)"
+probe=$("$PY" "$ROOT/scripts/install_env.py" probe) || die "could not run $PY (set PYTHON to the environment's interpreter)"
 field() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<< "$probe"; }
 PYVER=$(field python)
 TORCH_HAVE=$(field torch)
@@ -81,17 +57,6 @@ esac
 FAIRSEQ_HAVE=none
 if [ -n "$FAIRSEQ_MODULE" ]; then FAIRSEQ_HAVE=${FAIRSEQ_DISTS[*]:-"$FAIRSEQ_MODULE (no distribution metadata)"}; fi
 say "environment: Python $PYVER, torch ${TORCH_HAVE:-none}, fairseq $FAIRSEQ_HAVE"
-
-# the requirements of the fairseq installed by step 2, less torchaudio and extras, from its metadata
-FAIRSEQ_DEPS=$(cat <<'EOF'
-import importlib.metadata as md, re, subprocess, sys
-constraints, spec = sys.argv[1:]
-requires = md.requires(re.match(r"[A-Za-z0-9_.-]+", spec)[0]) or []
-wanted = [r for r in requires if "extra ==" not in r and not re.match(r"torchaudio\b", r)]
-print("[install] its requirements less torchaudio:", " ".join(wanted), flush=True)
-sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", "-c", constraints, *wanted]))
-EOF
-)
 
 # --- the plan: what is kept, what is installed; pins go into a pip constraints file ---
 CMDS=()       # commands, one string each: printed by --dry-run, run otherwise
@@ -138,7 +103,7 @@ else
   # --no-deps: skip torchaudio, which fails to load beside torch 2.13; its other requirements,
   # with their exact pins (hydra-core, omegaconf), next, read from its metadata
   add "$PY" -m pip install --no-build-isolation --no-deps "$FAIRSEQ_SPEC"
-  add "$PY" -c "$FAIRSEQ_DEPS" "$CONSTRAINTS" "$FAIRSEQ_SPEC"
+  add "$PY" "$ROOT/scripts/install_env.py" fairseq-deps "$CONSTRAINTS" "$FAIRSEQ_SPEC"
   PINS+=("$FAIRSEQ_SPEC")
 fi
 
@@ -150,29 +115,9 @@ checks="every pinned distribution has its version, pip check lists no new proble
 if [ "$IMPORT_CHECK" = 1 ]; then checks+=", torch, fairseq and fairseq_csan import"; fi
 say "4/4 checks: $checks"
 
-# the checks, run after the commands (the same in both modes, so they are printed too)
-PIN_CHECK=$(cat <<'EOF'
-import importlib.metadata as md, re, sys
-bad = []
-for line in open(sys.argv[1]):
-    m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*(\S+)\s*", line)
-    if m:
-        try:
-            have = md.version(m[1])
-        except md.PackageNotFoundError:
-            have = "missing"
-        if have != m[2] and have.split("+")[0] != m[2]:
-            bad.append(f"{m[1]} {have} (pinned {m[2]})")
-sys.exit(f"[install] error: pinned distributions changed: {', '.join(bad)}" if bad else 0)
-EOF
-)
-IMPORT=$(cat <<'EOF'
-import fairseq, torch, fairseq_csan
-print(f"[install] ok: torch {torch.__version__} (CUDA: {torch.cuda.is_available()}), fairseq {fairseq.__version__}, fairseq_csan {fairseq_csan.__version__}")
-EOF
-)
-add "$PY" -c "$PIN_CHECK" "$CONSTRAINTS"
-if [ "$IMPORT_CHECK" = 1 ]; then add "$PY" -c "$IMPORT"; fi
+# the checks, run after the commands (scripts/install_env.py)
+add "$PY" "$ROOT/scripts/install_env.py" pins "$CONSTRAINTS"
+if [ "$IMPORT_CHECK" = 1 ]; then add "$PY" "$ROOT/scripts/install_env.py" imports; fi
 
 if [ "$dry_run" = 1 ]; then
   echo "cat > $(printf '%q' "$CONSTRAINTS") <<'EOF'"
