@@ -27,6 +27,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.8",
     packages=find_packages(include=["fairseq_csan", "fairseq_csan.*"]),
+    # the training recipe's hyper-parameters (fairseq_csan/recipes/train.py reads them)
+    package_data={"fairseq_csan.recipes": ["hparams.json"]},
     install_requires=[
         "torch>=1.13",
         "sacrebleu>=2.0",

@@ -8,6 +8,13 @@ our fixes to fairseq (``fairseq_compat``, ``cli_help``).
 
 __version__ = "0.1.0"
 
+import logging
+
+# fairseq's speech-synthesis task logs "Please install tensorboardX" when it is imported (with
+# every fairseq task); translation never uses it. Silenced where we import fairseq first (the
+# kit's commands, the hub interface); fairseq's own commands import it before our plugin.
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+
 from fairseq import options as _options  # noqa: E402
 
 from . import fairseq_compat, models  # noqa: F401,E402  (registers everything)
