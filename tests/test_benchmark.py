@@ -1,6 +1,6 @@
 """fairseq_csan.recipes.benchmark's devices, precisions and crossover, on the CPU: what it times
 (synchronised), in which precision, what it refuses, and how it reads a crossover. Its GPU run is
-in tests/test_gpu.py; the end-to-end runs of the CPU tables in tests/test_end_to_end.py."""
+in tests/test_gpu.py; and a smoke run of its CPU tables (slow)."""
 
 import re
 import subprocess
@@ -148,3 +148,27 @@ def test_the_cpu_memory_probe_runs_in_the_chosen_precision(monkeypatch):
         (x.dtype, next(module.parameters()).dtype, module.impl)))
     benchmark.probe_memory("2D", "banded", 32, 2, torch.bfloat16)
     assert seen == [(torch.bfloat16, torch.bfloat16, "banded")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("selection,archs", [
+    ([], ["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"]),
+    (["--table1"], ["transformer_bidirect", "transformer_relpos", "transformer_neighbor", "transformer_local_hard",
+                    "transformer_local_soft", "transformer_block", "transformer_cnn", "transformer_csan1d",
+                    "transformer_csan2d"]),
+])
+def test_benchmark_script_runs(selection, archs, tmp_path):
+    """The benchmark is no test of speed; this only keeps the script working."""
+    lengths = shared_corpus("wmt14_en_de") / "newstest2014"
+    out = tmp_path / "bench.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "fairseq_csan.recipes.benchmark", "--lengths-from", str(lengths), "--max-tokens", "300", "--rounds", "1",
+         "--warmup", "0", "--vocab", "200", "--out", str(out), *selection],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = out.read_text()
+    for arch in ["transformer"] + archs:
+        assert re.search(rf"^\| {arch} \| \d+\.\d\dM \| \d+ \| \d\.\d{{3}} \|", table, re.M), table
+    assert re.search(r"^\| transformer \| .* \| 1\.000 \|", table, re.M)
+    assert len(re.findall(r"^\| transformer", table, re.M)) == 1 + len(archs)

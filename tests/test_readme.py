@@ -189,6 +189,8 @@ def test_the_walk_below_runs_the_readme_blocks_it_names():
 # the README blocks the walk runs, by their first command
 WALK = [
     "bash examples/quickstart.sh",
+    "python -c 'import fairseq_csan; from fairseq.models.transformer import TransformerModel as T; "
+    "print(T.from_pretrained(\"work/quickstart/toy/model\").translate(\"The small cat carries the child often.\"))'",
     "ARCH=transformer bash examples/quickstart.sh",
     "bash examples/multi30k/prepare.sh --raw-dir data/multi30k_raw --out data/multi30k_en_de",
     "python scripts/translate.py --data data/multi30k_en_de --checkpoint results/m30k_csan2d/averaged.pt "
@@ -196,9 +198,8 @@ WALK = [
     'fairseq-train --user-dir "$(python -m fairseq_csan user-dir)" --arch transformer_csan2d --help '
     "| grep -A1 -e --csan-",
 ]
-# (an untrained model's outputs run to the length cap: GEN_FLAGS keeps that short)
 QUICK_BUDGET = {"MAX_UPDATE": "12", "TOY_ARGS": "--train 400 --valid 20 --test 20", "DIM": "32",
-                "BPE_MERGES": "300", "TRAIN_LINES": "400", "GEN_FLAGS": "--max-len-a 1 --max-len-b 10"}
+                "BPE_MERGES": "300"}
 
 
 @pytest.mark.slow
@@ -232,20 +233,24 @@ def test_readme_path_end_to_end(tmp_path):
         return done
 
     quick = run_block("bash examples/quickstart.sh")
-    assert "BLEU|nrefs:1" in quick.stdout and (clone / "work/quickstart/toy/translations/transformer_csan2d/test.hyp").is_file()
+    assert "BLEU = " in quick.stdout and "chrF2 = " in quick.stdout
+    assert (clone / "work/quickstart/toy/results/transformer_csan2d/hyp.detok").is_file()
+    translated = run_block(WALK[1])  # the README's line, with the model folder the quick start wrote
+    assert translated.stdout.strip()
     others = run_block("ARCH=transformer bash examples/quickstart.sh")
     assert (clone / "work/quickstart/toy/checkpoints/transformer/checkpoint_last.pt").is_file()
-    assert (clone / "work/quickstart/multi30k_raw/translations/transformer_csan2d/bleu.txt").is_file()
+    assert (clone / "work/quickstart/toy/model_transformer/model.pt").is_file()
+    assert (clone / "work/quickstart/multi30k_raw/results/transformer_csan2d/results.md").is_file()
     assert "on the cpu" in others.stdout
 
-    cpu = run_block(WALK[2])
+    cpu = run_block(WALK[3])
     results = clone / "results/m30k_csan2d"
     scores = (results / "results.md").read_text(encoding="utf-8")
     assert "tokenised BLEU" in scores and "chrF (detokenised): chrF2" in scores
     assert "decoded 30 of 30 sentences" in cpu.stderr  # evaluate.sh reports decoding progress
     assert "1/3 averaging the last 5 checkpoints" in cpu.stderr  # train.sh --cpu-tiny left enough
 
-    run_block(WALK[3])
+    run_block(WALK[4])
     assert (results / "test.de").read_text(encoding="utf-8") == (results / "hyp.detok").read_text(encoding="utf-8")
     assert (results / "test.de.tok").read_text(encoding="utf-8") == (results / "hyp.tok").read_text(encoding="utf-8")
     # its preprocessing is the recipe's: the raw test set becomes the recipe's BPE file
@@ -254,7 +259,7 @@ def test_readme_path_end_to_end(tmp_path):
     data = clone / "data/multi30k_en_de"
     assert preprocess(lines(data / "raw/test.en"), "en", data / "bpe/codes") == lines(data / "bpe/test.en")
 
-    helped = run_block(WALK[4])
+    helped = run_block(WALK[5])
     assert "--csan-window" in helped.stdout and "--csan-heads" in helped.stdout
 
     (hub,) = [t for lang, t in blocks(REPO / "docs/recipes.md", langs=("python",)) if "from_pretrained" in t]

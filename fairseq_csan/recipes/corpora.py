@@ -184,6 +184,24 @@ TASKS = {
             for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))
         },
     ),
+    "toy_en_de": Task(
+        src="en",
+        tgt="de",
+        raw_env="TOY_RAW",
+        note="The quick start's toy En-De corpus (examples/quickstart.sh), written by "
+        "python -m fairseq_csan.recipes.toy_corpus RAW.",
+        splits={
+            split: [
+                Corpus(
+                    f"toy {name}",
+                    [{"en": f"{name}.en", "de": f"{name}.de"}],
+                    where="write it with python -m fairseq_csan.recipes.toy_corpus RAW "
+                    "(examples/quickstart.sh does)",
+                )
+            ]
+            for split, name in (("train", "train"), ("valid", "val"), ("test", "test"))
+        },
+    ),
     "wat17_ja_en": Task(
         src="ja",
         tgt="en",
