@@ -73,6 +73,6 @@ def imports():
 
 
 if __name__ == "__main__":
-    sys.path = [p for p in sys.path[1:] if p not in ("", ".")]  # neither this folder nor the current one
+    # (run as a file: sys.path has scripts/, not the current folder and its fairseq_csan.egg-info)
     command, args = sys.argv[1], sys.argv[2:]
     sys.exit({"probe": probe, "fairseq-deps": fairseq_deps, "pins": pins, "imports": imports}[command](*args))

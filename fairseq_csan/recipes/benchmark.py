@@ -86,6 +86,7 @@ from fairseq.data import Dictionary
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq.tasks.translation import TranslationTask
+from fairseq_csan.recipes import decoding
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
 DEFAULT_LENGTHS = Path("data/wmt14_en_de/raw/test")  # newstest2014 as examples/wmt14_en_de/prepare.sh writes it
@@ -221,7 +222,7 @@ def train_step(model, batch):
 def decode_step(model, batch, dictionary, beam):
     src, src_lengths = batch
     steps = int(src_lengths.max())
-    generator = SequenceGenerator([model], dictionary, beam_size=beam, len_penalty=0.6,
+    generator = SequenceGenerator([model], dictionary, beam_size=beam, len_penalty=decoding.LENPEN,
                                   max_len_a=0, max_len_b=steps, min_len=steps)
     generator.forward({"net_input": {"src_tokens": src, "src_lengths": src_lengths}})
 
@@ -522,7 +523,7 @@ def parse_args():
                         help="fairseq model flags added to every model, in one quoted string")
     parser.add_argument("--max-tokens", type=positive(int), default=4096, help="training batch size in tokens")
     parser.add_argument("--batch-size", type=positive(int), default=64, help="decoding batch size in sentences")
-    parser.add_argument("--beam", type=positive(int), default=4, help="decoding beam size")
+    parser.add_argument("--beam", type=positive(int), default=decoding.BEAM, help=f"decoding beam size (default {decoding.BEAM}, the papers')")
     parser.add_argument("--rounds", type=positive(int), default=5, help="timed rounds (one batch per model each)")
     parser.add_argument("--warmup", type=positive(int, 0), default=1,
                         help="untimed rounds first (--mode long: at the first length; on a GPU and in "
@@ -663,7 +664,7 @@ def sentences(args, dictionary, tuned):
         what = f"Training throughput, forward + backward, {dims}, batches of at most {args.max_tokens} tokens"
         unit = "target tokens/s"
     else:
-        what = (f"Beam-search decoding throughput (beam {args.beam}, length penalty 0.6), {dims}, "
+        what = (f"Beam-search decoding throughput (beam {args.beam}, length penalty {decoding.LENPEN:g}), {dims}, "
                 f"batches of {args.batch_size} sentences, each decoded to the batch's longest source length")
         unit = "sentences/s"
     lines = [

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from . import text
+
 WMT17 = "https://data.statmt.org/wmt17/translation-task"
 WMT17_PAGE = "https://www.statmt.org/wmt17/translation-task.html"
 
@@ -232,19 +234,11 @@ class Missing(Exception):
 
 
 def text_lines(path: Path):
-    """The lines of a UTF-8 file, split at "\\n" only (a "\\r", form feed or Unicode line
-    separator inside a line stays inside it), a byte-order mark at its start removed; an
-    undecodable byte stops with the file and line named."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise Missing(f"{path}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at column "
-                              f"{error.start + 1}); convert the file to UTF-8") from None
-            if number == 1 and line.startswith("\ufeff"):
-                line = line[1:]
-            yield line[:-1] if line.endswith("\n") else line
+    """text.iter_lines (lines end at "\\n" only, the BOM removed), an undecodable byte as Missing."""
+    try:
+        yield from text.iter_lines(path)
+    except text.TextError as error:
+        raise Missing(str(error)) from None
 
 
 def read_side(path: Path, column: Optional[int] = None) -> List[str]:

@@ -37,6 +37,8 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from .text import make_detokenizer, read_lines  # the recipes' one reader of text, one detokeniser
+
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s")
 UPS = re.compile(r"\| train_inner \|.*?\bups=(\d+(?:\.\d+)?)")
 PARAMS = re.compile(r"num\. shared model params: ([\d,]+) \(num\. trained: ([\d,]+)\)")
@@ -83,11 +85,6 @@ def train_speed(train_log: Path):
 
 def split_compounds(line: str) -> str:
     return COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
-
-
-def read_lines(path: Path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def write_lines(path: Path, lines):
@@ -145,10 +142,8 @@ def score(args):
         raise SystemExit(f"score: {len(hyps)} hypotheses, but {len(refs_tok)} lines in {args.ref_tok} "
                          f"and {len(refs_raw)} in {args.ref_raw}")
     write_lines(out / "hyp.tok", hyps)
-    from sacremoses import MosesDetokenizer
-
-    detok = MosesDetokenizer(args.lang)
-    detoks = [detok.detokenize(h.split()) for h in hyps]
+    detokenize = make_detokenizer(args.lang)
+    detoks = [detokenize(h) for h in hyps]
     write_lines(out / "hyp.detok", detoks)
 
     sacre = BLEU()
