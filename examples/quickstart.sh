@@ -118,10 +118,13 @@ show bash "$ROOT/scripts/train.sh" --data "$DATA" --arch "$ARCH" --save-dir "$CK
   | { grep --line-buffered -E "^\+ |\| (train_inner|valid) \||done training" || true; } \
   || die "training failed; see $CKPT/train.log"
 
-say "4/5 evaluate: average the last 5 checkpoints, decode the test set (beam 4), score"
+# the last 5 checkpoints, or all there are (fairseq skips an interval checkpoint at an epoch's end)
+LAST=$(find "$CKPT" -maxdepth 1 -name 'checkpoint_*_*.pt' | wc -l)
+[ "$LAST" -le 5 ] || LAST=5
+say "4/5 evaluate: average the last $LAST checkpoints, decode the test set (beam 4), score"
 EVAL_HW=()
 [ "$DEVICE" = cpu ] && EVAL_HW=(--cpu)
-show bash "$ROOT/scripts/evaluate.sh" --data "$DATA" --checkpoints "$CKPT" --out "$RESULTS" \
+show bash "$ROOT/scripts/evaluate.sh" --data "$DATA" --checkpoints "$CKPT" --out "$RESULTS" --last "$LAST" \
   "${EVAL_HW[@]}" "${FORCE_FLAG[@]}"
 
 say "5/5 export a fairseq model folder"

@@ -70,6 +70,12 @@ def _aspec(name, path, ja_field, en_field):
     )
 
 
+def _en_de_files(label, names, where):
+    """train, valid and test as one corpus each: the files NAME.en and NAME.de in the raw folder."""
+    return {split: [Corpus(f"{label} {name}", [{"en": f"{name}.en", "de": f"{name}.de"}], where=where(name))]
+            for split, name in zip(("train", "valid", "test"), names)}
+
+
 TASKS = {
     "wmt14_en_de": Task(
         src="en",
@@ -174,17 +180,9 @@ TASKS = {
         note="Multi30k En-De (Elliott et al. 2016), task 1: the raw, untokenised files of "
         "github.com/multi30k/dataset, data/task1/raw, gunzipped; a small task for the "
         "examples/multi30k reproduction.",
-        splits={
-            split: [
-                Corpus(
-                    f"Multi30k {name}",
-                    [{"en": f"{name}.en", "de": f"{name}.de"}],
-                    where=f"gunzip data/task1/raw/{name}.en.gz and {name}.de.gz of "
-                    "https://github.com/multi30k/dataset into the raw folder",
-                )
-            ]
-            for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))
-        },
+        splits=_en_de_files("Multi30k", ("train", "val", "test_2016_flickr"),
+                            lambda name: f"gunzip data/task1/raw/{name}.en.gz and {name}.de.gz of "
+                            "https://github.com/multi30k/dataset into the raw folder"),
     ),
     "toy_en_de": Task(
         src="en",
@@ -192,17 +190,9 @@ TASKS = {
         raw_env="TOY_RAW",
         note="The quick start's toy En-De corpus (examples/quickstart.sh), written by "
         "python -m fairseq_csan.recipes.toy_corpus RAW.",
-        splits={
-            split: [
-                Corpus(
-                    f"toy {name}",
-                    [{"en": f"{name}.en", "de": f"{name}.de"}],
-                    where="write it with python -m fairseq_csan.recipes.toy_corpus RAW "
-                    "(examples/quickstart.sh does)",
-                )
-            ]
-            for split, name in (("train", "train"), ("valid", "val"), ("test", "test"))
-        },
+        splits=_en_de_files("toy", ("train", "val", "test"),
+                            lambda name: "write it with python -m fairseq_csan.recipes.toy_corpus RAW "
+                            "(examples/quickstart.sh does)"),
     ),
     "wat17_ja_en": Task(
         src="ja",
