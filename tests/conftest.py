@@ -54,3 +54,24 @@ def shared_corpus(name: str) -> Path:
             "holding the shared corpora"
         )
     return path
+
+
+@pytest.fixture(scope="session")
+def ende(tmp_path_factory):
+    """Multi30k pairs as the three WMT14 training corpora, newstest2013 as plain text and
+    newstest2014 as the official SGM files, prepared, then two tiny systems trained: the En-De
+    recipe, shared by the tests of each command it runs."""
+    from recipe_helpers import lay_out_wmt, prepare_task, train_tiny
+
+    m30k, wmt = shared_corpus("multi30k_en_de"), shared_corpus("wmt14_en_de")
+    work = tmp_path_factory.mktemp("ende")
+    raw = work / "raw"
+    lay_out_wmt(raw, ("en", "de"), m30k / "train",
+                ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"],
+                wmt / "newstest2013", "newstest2013",
+                wmt / "newstest2014", "test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm")
+    out = work / "prepared"
+    first = prepare_task("wmt14_en_de", raw, out)
+    train_tiny(out, work / "ck_base", "transformer")
+    train_tiny(out, work / "ck_csan", "transformer_csan2d")
+    return {"work": work, "raw": raw, "out": out, "first": first, "wmt": wmt}

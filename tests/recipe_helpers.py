@@ -1,5 +1,6 @@
 """Helpers for the recipe tests: run the shell recipes, and lay out raw folders as the official downloads (or the user's ASPEC copy) would be."""
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,12 @@ def run(command, check=True, **kwargs):
     if check and done.returncode != 0:
         raise AssertionError(f"{command} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     return done
+
+
+def python_m(*args, cwd):
+    """python -m fairseq_csan ARGS, run from ``cwd``."""
+    return subprocess.run([sys.executable, "-m", "fairseq_csan", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
 
 
 def lines(path: Path):
@@ -56,3 +63,81 @@ def fake_task(tmp_path: Path) -> Path:
     write(data / "data-bin/dict.de.txt", ["a 5", "b 3"])
     write(data / "recipe.env", ["task=wmt14_en_de", "src=en", "tgt=de"])
     return data
+
+
+# ---------------------------------------------------------------- the task recipes at a tiny size
+# (raw folders laid out as the official downloads, or the user's ASPEC-JE copy, would be)
+
+N_TRAIN, N_DEV, N_TEST, MERGES = 1200, 40, 40, 400
+
+
+def head(path, n):
+    return lines(path)[:n]
+
+
+def prepare_task(task, raw, out, *extra):
+    return run(["bash", f"examples/{task}/prepare.sh", "--raw-dir", raw, "--out", out,
+                "--merges", MERGES, "--workers", 2, "--no-download", *extra])
+
+
+def train_tiny(data, save, arch, *extra):
+    return run(["bash", "scripts/train.sh", "--data", data, "--arch", arch, "--save-dir", save, "--cpu-tiny", *extra])
+
+
+def evaluate_tiny(data, save, out, *extra):
+    return run(["bash", "scripts/evaluate.sh", "--data", data, "--checkpoints", save, "--out", out,
+                "--last", 2, "--cpu", "--bootstrap-samples", 200, *extra])
+
+
+def lay_out_wmt(raw, langs, train, train_stems, dev, dev_name, test, test_src_sgm, test_ref_sgm):
+    """A WMT raw folder: the first N_TRAIN pairs of ``train`` cut into one piece per training
+    corpus, N_DEV dev pairs as plain text, N_TEST test pairs as the official SGM files."""
+    src, tgt = langs
+    pieces = split_into(head(f"{train}.{src}", N_TRAIN), head(f"{train}.{tgt}", N_TRAIN), len(train_stems))
+    for stem, (s, t) in zip(train_stems, pieces):
+        write(raw / f"{stem}.{src}", s)
+        write(raw / f"{stem}.{tgt}", t)
+    for lang in langs:
+        write(raw / f"{dev_name}.{lang}", head(f"{dev}.{lang}", N_DEV))
+    write_sgm(raw / test_src_sgm, head(f"{test}.{src}", N_TEST))
+    write_sgm(raw / test_ref_sgm, head(f"{test}.{tgt}", N_TEST))
+
+
+def check_prepared(out, src, tgt):
+    for split, n in (("train", N_TRAIN), ("valid", N_DEV), ("test", N_TEST)):
+        for lang in (src, tgt):
+            assert len(lines(out / "raw" / f"{split}.{lang}")) == n
+            assert len(lines(out / "tok" / f"{split}.{lang}")) == n
+            if split != "train":
+                assert len(lines(out / "bpe" / f"{split}.{lang}")) == n
+    kept = len(lines(out / f"tok/train.clean.{src}"))
+    assert 0.5 * N_TRAIN < kept <= N_TRAIN
+    assert len(lines(out / f"bpe/train.{tgt}")) == kept
+    for name in ("train", "valid", "test"):
+        for lang in (src, tgt):
+            assert (out / "data-bin" / f"{name}.{src}-{tgt}.{lang}.bin").is_file()
+    return kept
+
+
+def check_results(folder, n, compound):
+    results = json.loads((folder / "results.json").read_text())
+    assert len(lines(folder / "hyp.tok")) == n and len(lines(folder / "hyp.detok")) == n
+    assert 0.0 <= results["bleu_tok"] <= 100.0
+    assert (results["bleu_compound"] is not None) == compound
+    assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert results["sacrebleu_text"].startswith("BLEU = ")
+    assert results["decode"]["sentences"] == n and results["decode"]["sent_per_s"] > 0
+    assert results["train"]["steps_per_s"] > 0 and results["train"]["params"] > 0
+    return results
+
+
+
+def aspec_folder(root, kftt):
+    """KFTT pairs laid out as an ASPEC-JE folder: train-N with five fields, dev/test with four."""
+    ja, en = head(kftt / "train.ja", N_TRAIN), head(kftt / "train.en", N_TRAIN)
+    for part, (s, t) in enumerate(split_into(ja, en, 2), 1):
+        write(root / f"train/train-{part}.txt",
+              [f"0.{900 - i} ||| D{part}-{i // 10} ||| {i + 1} ||| {a} ||| {b}" for i, (a, b) in enumerate(zip(s, t))])
+    for name, source, n in (("dev", "dev", N_DEV), ("test", "tune", N_TEST)):
+        rows = zip(head(kftt / f"{source}.ja", n), head(kftt / f"{source}.en", n))
+        write(root / f"{name}/{name}.txt", [f"D-{i // 10} ||| {i + 1} ||| {a} ||| {b}" for i, (a, b) in enumerate(rows)])

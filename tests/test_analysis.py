@@ -2,6 +2,7 @@
 
 import csv
 import json
+import sys
 
 import pytest
 
@@ -141,3 +142,27 @@ def test_window_sweep_collects_runs_in_order(tmp_path):
     assert (tmp_path / "out/window_sweep.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="no evaluated runs"):
         window_sweep.collect(tmp_path / "empty", "bleu_tok")
+
+
+def test_analysis_commands_name_a_missing_file(tmp_path):
+    write(tmp_path / "hyp.txt", ["a b"])
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "missing.de",
+                "--baseline", f"base={tmp_path / 'hyp.txt'}", "--system", f"sys={tmp_path / 'hyp.txt'}",
+                "--out", tmp_path / "out"], check=False)
+    assert done.returncode != 0 and f"no file {tmp_path / 'missing.de'}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_gate_weights_checks_its_data_before_loading_a_model(tmp_path):
+    not_a_checkpoint = tmp_path / "model.pt"
+    not_a_checkpoint.write_bytes(b"not a checkpoint")  # loading it would fail with a traceback
+    (tmp_path / "data").mkdir()
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.gate_weights", "--model", f"m={not_a_checkpoint}",
+                "--data", tmp_path / "data", "--out", tmp_path / "out"], check=False)
+    assert done.returncode == 2 and "no dict.*.txt there" in done.stderr and "Traceback" not in done.stderr
+    for lang in ("en", "de"):
+        write(tmp_path / "data" / f"dict.{lang}.txt", ["a 1"])
+        (tmp_path / "data" / f"valid.en-de.{lang}.bin").write_bytes(b"")
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.gate_weights", "--model", f"m={not_a_checkpoint}",
+                "--data", tmp_path / "data", "--out", tmp_path / "out", "--pos", tmp_path / "tags.txt"], check=False)
+    assert done.returncode == 2 and "--pos" in done.stderr and "no such file" in done.stderr

@@ -239,3 +239,16 @@ def test_torch_older_than_supported_stops(tmp_path):
     dry = install(env, "--dry-run")
     assert dry.returncode == 1 and "torch 1.12.1 is older than the supported 1.13; set TORCH_SPEC" in dry.stderr
     assert " -m pip " not in dry.stdout
+
+
+def test_install_takes_torch_from_its_own_index():
+    env = {**os.environ, "TORCH_INDEX": "https://example.invalid/whl/cu128", "TORCH_SPEC": "torch==2.13.0"}
+    done = subprocess.run(["bash", "scripts/install.sh", "--dry-run"], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=60)
+    assert done.returncode == 0
+    pip = [line for line in done.stdout.splitlines() if "pip install" in line]
+    assert pip[0].endswith("pip install --index-url https://example.invalid/whl/cu128 torch==2.13.0")
+    assert all("example.invalid" not in line for line in pip[1:])  # only torch comes from that index
+    assert pip[-1].replace("\\", "").endswith("[test,logging]")  # printed shell-quoted
+    bad = subprocess.run(["bash", "scripts/install.sh", "--now"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert bad.returncode == 2 and "allowed: --dry-run" in bad.stderr

@@ -175,3 +175,11 @@ def test_whole_model_in_half_precision_is_finite(arch, dtype):
     assert out.dtype == dtype and torch.isfinite(out).all()
     out.float().logsumexp(-1).sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_csan_layers_on_a_model_without_a_variant_is_refused():
+    with pytest.raises(ValueError, match=r"--csan-layers 2 needs a self-attention variant .* 'standard'"):
+        build_model("transformer_ctxaware", ["--csan-layers", "2"])
+    build_model("transformer_ctxaware", ["--csan-layers", "0"])  # 0 is what it means anyway
+    model, args, _ = build_model("transformer_ctxaware", ["--csan-layers", "2", "--encoder-self-attention", "csan1d"])
+    assert args.csan_layers == 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
-from conftest import REPO, shared_corpus
+from conftest import shared_corpus
 from recipe_helpers import lines, run, write
 
 def load():
@@ -167,3 +167,27 @@ def test_prepare_defaults_to_the_readme_folder_and_8000_merges():
     done = run(["bash", "examples/multi30k/prepare.sh", "--help"])
     assert "else data/multi30k_raw)" in done.stdout and "shared" not in done.stdout
     assert "--merges N     BPE merge operations (default: 8000" in done.stdout
+
+
+def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    done = run([sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", tmp_path / "nowhere", "--out", out], check=False)
+    assert done.returncode != 0 and "lacks train.en" in done.stderr
+    assert not (out / "settings.json").exists()
+    # settings.json from a first run that stopped before training: a corrected rerun replaces it
+    raw = tmp_path / "raw"
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            write(raw / f"{split}.{lang}", ["a"])
+    out.mkdir()
+    (out / "settings.json").write_text(json.dumps({"raw_dir": "/elsewhere"}))
+    from fairseq_csan.recipes import multi30k as module
+
+    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
+    with pytest.raises(SystemExit, match="data preparation failed"):
+        module.main(["--raw-dir", str(raw), "--out", str(out)])
+    assert json.loads((out / "settings.json").read_text())["raw_dir"] == str(raw.resolve())
+    # with a run in it, other settings are still refused
+    (out / "runs" / "transformer" / "seed1").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="holds runs with other settings"):
+        module.main(["--raw-dir", str(raw), "--out", str(out), "--max-update", "7"])

@@ -1,10 +1,15 @@
-"""fairseq_csan.recipes.prepare (examples/<task>/prepare.sh) under changed and bad input:
-nothing stale, nothing misaligned, early errors naming the file and line."""
+"""fairseq_csan.recipes.prepare (examples/<task>/prepare.sh): the En-De recipe's outputs, a rerun
+that skips what is current and redoes what changed, other settings and a missing corpus refused;
+under changed and bad input nothing stale, nothing misaligned, early errors naming the file and
+line."""
+
+import os
+import re
 
 import pytest
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import lines, run
+from recipe_helpers import N_TEST, aspec_folder, check_prepared, head, lines, prepare_task, run
 
 pytestmark = pytest.mark.slow
 
@@ -118,3 +123,83 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(tmp_pa
     time.sleep(0.5)  # the killed commands' own ends
     prepare(raw, out)
     assert outputs(out) == expected, f"killed after {delays} s"
+
+
+@pytest.mark.slow
+def test_ende_prepare_outputs(ende):
+    out = ende["out"]
+    check_prepared(out, "en", "de")
+    # joint BPE: one codes file, one dictionary for both languages
+    assert (out / "bpe/codes").is_file() and not (out / "bpe/codes.en").exists()
+    assert (out / "data-bin/dict.en.txt").read_text() == (out / "data-bin/dict.de.txt").read_text()
+    # the test set came from the SGM files, segment for segment
+    assert lines(out / "raw/test.de") == [" ".join(x.split()) for x in head(ende["wmt"] / "newstest2014.de", N_TEST)]
+    assert "merges=400" in (out / "recipe.env").read_text()
+    assert "6/6 binarise with fairseq-preprocess" in ende["first"].stderr
+
+
+@pytest.mark.slow
+def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
+    out = ende["out"]
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in ("recipe.env", "tools.txt")}
+    again = prepare_task("wmt14_en_de", ende["raw"], out)
+    steps = [line for line in again.stderr.splitlines() if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line)]
+    assert {line.split()[2] for line in steps} == {"1/6", "2/6", "3/6", "4/6", "5/6", "6/6"}
+    assert all(line.endswith("skipped") for line in steps)
+    assert "learn 400" not in again.stderr and "fairseq-preprocess" not in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # a changed raw file (edited in place, its modification time kept): exactly the steps after
+    # it are redone, each saying why; the others are skipped
+    sgm = ende["raw"] / "test-full/newstest2014-deen-ref.de.sgm"
+    original = sgm.read_bytes()
+    st = sgm.stat()
+    sgm.write_bytes(original.replace(b"<seg id=\"1\">", b"<seg id=\"1\">Neu ", 1))
+    os.utime(sgm, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        again = prepare_task("wmt14_en_de", ende["raw"], out)
+        redone = [line.split("] ")[1].split(" (")[0] for line in again.stderr.splitlines()
+                  if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line) and not line.endswith("skipped")]
+        assert redone == ["1/6 gather test from " + str(ende["raw"]), "2/6 tokenise test.de", "5/6 apply BPE to test.de",
+                          "6/6 binarise with fairseq-preprocess"], again.stderr
+        assert f"input {sgm} changed since the last run" in again.stderr
+        assert lines(out / "raw/test.de")[0].startswith("Neu ")
+    finally:
+        sgm.write_bytes(original)
+        restored = prepare_task("wmt14_en_de", ende["raw"], out)
+    assert not lines(out / "raw/test.de")[0].startswith("Neu ") and "6/6 binarise with" in restored.stderr
+
+
+@pytest.mark.slow
+def test_ende_other_settings_are_refused(ende):
+    done = run(["bash", "examples/wmt14_en_de/prepare.sh", "--raw-dir", ende["raw"], "--out", ende["out"],
+                "--merges", 500, "--no-download"], check=False)
+    assert done.returncode == 2 and "prepared with other settings" in done.stderr
+
+
+@pytest.mark.slow
+def test_ende_missing_input_stops_with_the_file_and_its_source(ende, tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for p in ende["raw"].rglob("*"):
+        if p.is_file() and "news-commentary" not in p.name:
+            target = raw / p.relative_to(ende["raw"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(p.read_bytes())
+    done = run(["bash", "examples/wmt14_en_de/prepare.sh", "--raw-dir", raw, "--out", tmp_path / "out",
+                "--no-download"], check=False)
+    assert done.returncode == 2
+    assert "missing News Commentary v9" in done.stderr
+    assert "training/news-commentary-v9.de-en.en" in done.stderr
+    assert "https://www.statmt.org/wmt14/training-parallel-nc-v9.tgz" in done.stderr
+    assert not (tmp_path / "out/raw/train.en").exists()
+
+
+@pytest.mark.slow
+def test_jaen_missing_aspec_file(tmp_path):
+    kftt = shared_corpus("kftt30k_ja_en")
+    aspec = tmp_path / "ASPEC-JE"
+    aspec_folder(aspec, kftt)
+    (aspec / "test/test.txt").unlink()
+    done = run(["bash", "examples/wat17_ja_en/prepare.sh", "--raw-dir", aspec, "--out", tmp_path / "out"], check=False)
+    assert done.returncode == 2
+    assert str(aspec / "test/test.txt") in done.stderr and "ASPEC is licensed" in done.stderr

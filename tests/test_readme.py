@@ -9,7 +9,7 @@
   inside one.
 - Slow: the README's own path in a scratch copy of the repository (its scripts, linked), with
   the README's paths: the quick start blocks, the CPU train-and-evaluate block, the translation
-  block, the fairseq block and the hub example of docs/recipes.md, at a tiny budget given through
+  block, the commands of docs/translation.md, the fairseq block and the hub example of docs/recipes.md, at a tiny budget given through
   the quick start's documented settings, and with a slice of Multi30k packed as the Multi30k
   repository packs it in place of its `git clone`.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import lines, write
+from recipe_helpers import lines
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -259,6 +259,26 @@ def test_readme_path_end_to_end(tmp_path):
     data = clone / "data/multi30k_en_de"
     assert preprocess(lines(data / "raw/test.en"), "en", data / "bpe/codes") == lines(data / "bpe/test.en")
 
+    # docs/translation.md on the model that block trained, each command as written: the export,
+    # the hub example, translate.py on the exported folder, fairseq-interactive with our tokenizer
+    page = blocks(REPO / "docs/translation.md", langs=("bash", "console", "python"))
+    assert [lang for lang, _t in page] == ["bash", "python", "bash", "console"]
+    for lang, text in page:
+        if lang == "python":
+            done = subprocess.run([sys.executable, "-c", text], cwd=clone, env=env, capture_output=True, text=True,
+                                  timeout=300)
+        else:
+            done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + text], cwd=clone, env=env,
+                                  capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"docs/translation.md: {text}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        if lang == "python":
+            assert done.stdout.strip(), "the hub example of docs/translation.md printed no translation"
+        elif lang == "console":
+            hypotheses = [line for line in done.stdout.splitlines() if line.startswith("H-")]
+            assert len(hypotheses) == len(lines(clone / "data/multi30k_en_de/raw/test.en"))
+    assert (results / "model/model.pt").is_file() and (results / "model/bpecodes").is_file()
+    assert (results / "test.model.de").read_text(encoding="utf-8") == (results / "test.de").read_text(encoding="utf-8")
+
     helped = run_block(WALK[5])
     assert "--csan-window" in helped.stdout and "--csan-heads" in helped.stdout
 
@@ -274,3 +294,10 @@ def test_readme_path_end_to_end(tmp_path):
                           cwd=clone, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert list(tb.rglob("events.out.tfevents.*")), "no TensorBoard event file"
+
+
+def test_recipe_outputs_are_ignored_by_git():
+    for path in ("data/wmt14_en_de/raw/test.en", "checkpoints/ende_base/checkpoint_last.pt",
+                 "results/ende_base/results.json", "work/quickstart/toy/data/data-bin/dict.en.txt", "work/quickstart/toy/model/model.pt"):
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO)
+        assert done.returncode == 0, f"{path} is not git-ignored"

@@ -1,11 +1,14 @@
-"""fairseq_csan.recipes.text: the line-exact reader."""
+"""fairseq_csan.recipes.text: the line-exact reader, each tokeniser (Moses en/de, jieba, MeCab)
+on a known sentence, lines kept aligned across worker processes, length and ratio cleaning."""
 
 import subprocess
 import sys
 
 import pytest
 
+from fairseq_csan.recipes import text as text_tools
 from fairseq_csan.recipes.text import TextError, iter_lines, read_lines
+from recipe_helpers import lines, write
 
 # characters that str.splitlines() treats as line ends; none of them ends a line here
 ODD_BREAKS = ["\r", "\f", "\x85", "\u2028", "\u2029", "\v", "\x1c", "\x1d", "\x1e"]
@@ -67,3 +70,46 @@ def test_dash_and_dev_stdin_read_standard_input():
         assert out.stdout.decode().strip() == repr(["a\u2028b", "c\r"])
     out = subprocess.run([sys.executable, "-c", code, "-"], input=b"\x80\n", capture_output=True)
     assert out.returncode != 0 and b"<stdin>:1: not UTF-8" in out.stderr
+
+
+@pytest.mark.parametrize("lang, text, expected", [
+    ("en", "Hello, world! It's 5 o'clock.", "Hello , world ! It 's 5 o 'clock ."),
+    ("de", "Das \u201eHaus\u201c kostet 3,50 \u20ac & mehr.", 'Das " Haus " kostet 3,50 \u20ac & mehr .'),
+    ("de", "Vorort-Bereich", "Vorort-Bereich"),
+    ("zh", "我们在北京大学学习。", "我们 在 北京大学 学习 。"),
+    ("ja", "日本語の文です。", "日本 語 の 文 です 。"),
+])
+def test_tokenizers(lang, text, expected):
+    # Moses: clitics split, quotes normalised, no escaping, no aggressive hyphen splitting
+    assert text_tools.make_tokenizer(lang)(text) == expected
+
+
+def test_tokenize_file_keeps_lines_aligned_with_workers(tmp_path):
+    rows = ["Ein Satz.", "", "Noch einer, bitte!"] * 5
+    write(tmp_path / "in.de", rows)
+    text_tools.tokenize_file("de", tmp_path / "in.de", tmp_path / "out.de", workers=2)
+    out = lines(tmp_path / "out.de")
+    assert len(out) == 15 and out[1] == "" and out[0] == "Ein Satz ." and out[2] == "Noch einer , bitte !"
+
+
+def test_clean_pair_by_hand(tmp_path):
+    src = ["a b c", "", "a b c d", "a", "a b"]
+    tgt = ["x y z", "x", "x y", "x y z w v", "x y w"]
+    write(tmp_path / "s", src)
+    write(tmp_path / "t", tgt)
+    # kept: 3/3 (ratio 1), 2/3 (1.5); dropped: empty source, 4/2 = 2 > 1.5, 1/5 = 5 > 1.5
+    kept, dropped = text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2",
+                                          max_len=250, ratio=1.5)
+    assert (kept, dropped) == (2, 3)
+    assert lines(tmp_path / "s2") == ["a b c", "a b"]
+    kept, _ = text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2",
+                                    max_len=3, ratio=9)
+    assert kept == 2 and lines(tmp_path / "t2") == ["x y z", "x y w"]  # "a b c d" and "x y z w v" too long
+
+
+def test_clean_refuses_misaligned_files(tmp_path):
+    write(tmp_path / "s", ["a", "b"])
+    write(tmp_path / "t", ["x"])
+    with pytest.raises(SystemExit, match="differ in length"):
+        text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2")
+    assert not (tmp_path / "s2").exists()

@@ -1,8 +1,10 @@
 """scripts/train.sh and the kit's fairseq_csan.recipes.train: hyper-parameters from the data
 file, the command shown in train.sh, a misspelt architecture, the save folder's lock, damaged
 checkpoints (unit tests on small stand-ins, and a real resume), signals, and every training
-command of docs/distributed.md and the training section of docs/recipes.md run as written.
-(train.sh's older tests live in test_recipes.py, test_distributed.py and test_front_door.py.)"""
+command of docs/distributed.md and the training section of docs/recipes.md run as written; the
+exact 8-GPU command, big settings, fewer GPUs, embedding sharing and bad arguments of --dry-run;
+the logging options; the En-De recipe's resume and bf16 run; the bf16 entry point
+(fairseq_csan/train.py). Data-parallel launches: test_distributed.py."""
 
 import fcntl
 import json
@@ -19,7 +21,7 @@ import pytest
 import torch
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import fake_task, lines, run, write
+from recipe_helpers import fake_task, lines, run, train_tiny, write
 
 from fairseq_csan.recipes import train as kit
 
@@ -370,3 +372,137 @@ def test_every_training_command_of_the_docs_runs_as_written(tmp_path):
         two = "--cpu-processes 2" in command or "--nproc_per_node 2" in command or "--distributed-world-size 2" in command
         log = done.stdout + ((save / "train.log").read_text() if (save / "train.log").is_file() else "")
         assert ("training on 2 devices" in log) == two, command
+
+
+@pytest.mark.slow
+def test_ende_training_resumes_and_refuses_another_run(ende):
+    save = ende["work"] / "ck_base"
+    # --cpu-tiny keeps 8 checkpoints, enough for evaluate.sh's default average of the last 5
+    assert sorted(int(p.stem.split("_")[-1]) for p in save.glob("checkpoint_1_*.pt")) == list(range(2, 17, 2))
+    speed = run(["python", "-m", "fairseq_csan.recipes.score", "speed", save / "train.log"]).stdout
+    assert "training steps/s" in speed
+    other = run(["bash", "scripts/train.sh", "--data", ende["out"], "--arch", "transformer_csan1d",
+                 "--save-dir", save, "--cpu-tiny"], check=False)
+    assert other.returncode == 2 and "holds another run" in other.stderr
+
+
+@pytest.mark.slow
+def test_ende_resume_continues_from_the_last_checkpoint(ende):
+    save = ende["work"] / "ck_csan"
+    done = train_tiny(ende["out"], save, "transformer_csan2d", "--max-update", 20)
+    assert "resuming from" in done.stderr
+    assert "loaded checkpoint" in done.stdout.lower() and (save / "checkpoint_1_20.pt").is_file()
+
+
+@pytest.mark.slow
+def test_ende_bf16_training_through_our_entry_point(ende):
+    """--precision bf16 runs python -m fairseq_csan.train, where stock fairseq-train --bf16
+    would ask for a TPU; on the CPU the model trains in bfloat16."""
+    import torch
+
+    save = ende["work"] / "ck_bf16"
+    done = train_tiny(ende["out"], save, "transformer", "--precision", "bf16", "--max-update", 2)
+    assert "python -m fairseq_csan.train " in done.stderr
+    # fairseq-train's log format, so the speed is found as for the other runs
+    assert "| train_inner |" in done.stdout and "training steps/s" in done.stderr
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["cfg"]["common"]["bf16"] is True and state["cfg"]["common"]["tpu"] is False
+    assert state["optimizer_history"][-1]["num_updates"] == 2
+
+
+def test_train_sh_logging_options_and_tiny_checkpoints(tmp_path):
+    data = tmp_path / "bin"
+    for lang in ("en", "de"):
+        write(data / f"dict.{lang}.txt", ["a 1"])
+    (data / "train.en-de.en.bin").write_bytes(b"")
+    done = run(["bash", "scripts/train.sh", "--data", data, "--arch", "transformer", "--save-dir", tmp_path / "ck",
+                "--cpu-tiny", "--max-update", "40", "--tensorboard", tmp_path / "tb", "--wandb", "proj", "--dry-run"])
+    command = done.stdout
+    assert f"--tensorboard-logdir {tmp_path / 'tb'}" in command and "--wandb-project proj" in command
+    assert "--save-interval-updates 5 " in command  # 40 / 8: eight checkpoints, evaluate.sh averages 5
+    assert "--save-interval-updates 2 " in run(["bash", "scripts/train.sh", "--data", data, "--arch", "transformer",
+                                                "--save-dir", tmp_path / "ck", "--cpu-tiny", "--dry-run"]).stdout
+
+
+@pytest.fixture
+def fake_data(tmp_path):
+    """A prepared-task folder with a joined (identical) pair of dictionaries."""
+    return fake_task(tmp_path)
+
+
+def dry_run_arch(data, *extra):
+    done = run(["bash", "scripts/train.sh", "--data", data, "--save-dir", "/ckpt", "--dry-run", *extra])
+    return done.stdout.strip(), done.stderr
+
+
+def test_dry_run_prints_the_exact_8_gpu_command(fake_data):
+    command, _ = dry_run_arch(fake_data, "--arch", "transformer_csan2d")
+    assert command == (
+        f"fairseq-train {fake_data}/data-bin --user-dir {REPO}/fairseq_csan --arch transformer_csan2d "
+        "--source-lang en --target-lang de --share-all-embeddings "
+        "--optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 "
+        "--lr-scheduler inverse_sqrt --lr 0.000699 --warmup-updates 4000 --warmup-init-lr 1e-07 "
+        "--criterion label_smoothed_cross_entropy --label-smoothing 0.1 "
+        "--dropout 0.1 --weight-decay 0.0 --clip-norm 0.0 "
+        "--max-tokens 4096 --max-update 100000 --distributed-world-size 8 --update-freq 1 --fp16 "
+        "--save-dir /ckpt --save-interval-updates 1000 --keep-interval-updates 20 --no-epoch-checkpoints "
+        "--log-format simple --log-interval 100 --seed 1")
+
+
+def test_dry_run_big_settings_fewer_gpus_and_bf16(fake_data):
+    command, warning = dry_run_arch(fake_data, "--arch", "transformer_ctxaware_big", "--gpus", "2", "--precision", "bf16")
+    assert command.startswith("python -m fairseq_csan.train ")
+    assert "--lr 0.000494 " in command and "--dropout 0.3 " in command and "--max-update 300000 " in command
+    assert "--distributed-world-size 2 --update-freq 4 --bf16 " in command and "--fp16" not in command
+    assert warning == ""
+    command, warning = dry_run_arch(fake_data, "--arch", "transformer", "--gpus", "3", "--precision", "fp32")
+    assert "--distributed-world-size 3 --update-freq 3 " in command and "16" not in command.split("--update-freq")[1][:4]
+    assert "9 batches per update, not the papers' 8" in warning
+    command, _ = dry_run_arch(fake_data, "--arch", "transformer", "--", "--max-epoch", "3")
+    assert command.endswith("--seed 1 --max-epoch 3")
+
+
+def test_separate_dictionaries_share_only_the_decoder_embeddings(fake_data):
+    command, _ = dry_run_arch(fake_data, "--arch", "transformer", "--share", "none")
+    assert "--share-" not in command
+    write(fake_data / "data-bin/dict.de.txt", ["c 5"])
+    command, _ = dry_run_arch(fake_data, "--arch", "transformer")
+    assert "--share-decoder-input-output-embed" in command and "--share-all-embeddings" not in command
+    done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer", "--save-dir", "/c",
+                "--dry-run", "--share", "all"], check=False)
+    assert done.returncode == 2 and "--share all needs one joined dictionary" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--precision", "fp8"], "--precision must be fp16, bf16 or fp32"),
+    (["--size", "huge"], "--size must be base or big"),
+    (["--share", "some"], "--share must be auto, all, decoder or none"),
+    (["--gpus", "two"], "--gpus must be a whole number"),
+    (["--fp16"], "unknown argument '--fp16' (fairseq-train arguments go after --)"),
+    (["--cpu-tiny", "--precision", "fp16"], "--precision fp16 needs a GPU"),
+])
+def test_train_script_bad_arguments(fake_data, args, message):
+    done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer",
+                "--save-dir", "/ckpt", "--dry-run", *args], check=False)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_train_script_needs_prepared_data(tmp_path):
+    done = run(["bash", "scripts/train.sh", "--data", tmp_path / "absent", "--arch", "transformer",
+                "--save-dir", "/ckpt", "--dry-run"], check=False)
+    assert done.returncode == 2 and "no data folder" in done.stderr
+
+
+def test_bf16_entry_point_undoes_only_the_tpu_implication():
+    from fairseq import options
+
+    from fairseq_csan.train import bf16_without_tpu
+
+    parse = bf16_without_tpu(options.parse_args_and_arch)
+    base = ["/dev/null", "--task", "translation", "-s", "en", "-t", "de", "--arch", "transformer"]
+    stock = options.parse_args_and_arch(options.get_training_parser(), base + ["--bf16"])
+    assert stock.tpu is True  # the fairseq behaviour this entry point exists for
+    ours = parse(options.get_training_parser(), base + ["--bf16"])
+    assert ours.bf16 is True and ours.tpu is False
+    assert parse(options.get_training_parser(), base + ["--bf16", "--tpu"]).tpu is True
+    assert parse(options.get_training_parser(), base).tpu is False

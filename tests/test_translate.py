@@ -143,3 +143,27 @@ def test_too_long_lines_are_translated_in_pieces(tiny, tmp_path):
             for p in expected_pieces]  # one piece a batch, as batch_size=1 above
     assert tok[1] == " ".join(h for h in hyps if h)
     assert any("sentences" in m for m in messages)  # progress on the way
+
+
+@pytest.mark.slow
+def test_ende_translate_keeps_every_line_of_odd_input(ende, tmp_path):
+    """Lines end at \\n only: a carriage return, form feed, NEL or U+2028 inside a line stays
+    in it (str.splitlines() broke there and shifted every later translation); an empty line
+    gets an empty translation; standard input with '-'; an undecodable byte is named."""
+    import subprocess
+    import sys
+
+    rows = ["Ein Test.", "A man\rin red.", "", "Two dogs\fplay.", "A girl\x85runs.", "A boy\u2028jumps."]
+    raw = "\ufeff" + "".join(r + "\n" for r in rows)
+    command = [sys.executable, "-m", "fairseq_csan.recipes.translate", "--data", str(ende["out"]), "--checkpoint",
+               str(ende["work"] / "ck_base/checkpoint_last.pt"), "--input", "-", "--output", str(tmp_path / "out.de"),
+               "--cpu"]
+    done = subprocess.run(command, input=raw.encode("utf-8"), capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out = (tmp_path / "out.de").read_bytes().decode("utf-8").split("\n")
+    assert len(out) == len(rows) + 1 and out[-1] == ""  # six lines, each ended by \n
+    assert out[2] == "" and all(out[i] for i in (0, 1, 3, 4, 5))
+    (tmp_path / "bad.en").write_bytes(b"fine\nbad \xff byte\n")
+    command[command.index("-")] = str(tmp_path / "bad.en")
+    bad = subprocess.run(command + ["--force"], capture_output=True, text=True)
+    assert bad.returncode == 2 and f"{tmp_path / 'bad.en'}:2: not UTF-8" in bad.stderr

@@ -1,0 +1,126 @@
+"""fairseq_csan.recipes.evaluate (scripts/evaluate.sh) on the En-De recipe at a tiny size: every
+BLEU variant, chrF, the paired bootstrap and the table; a rerun keeps what is current and redoes
+what was made from changed inputs; a missing reference and over-long test lines are named
+before any work."""
+
+import os
+import re
+
+import pytest
+
+from recipe_helpers import N_TEST, check_results, evaluate_tiny, lines, run, write
+
+
+@pytest.mark.slow
+def test_ende_evaluate_with_bootstrap_and_table(ende):
+    work, out = ende["work"], ende["out"]
+    evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
+    evaluate_tiny(out, work / "ck_csan", work / "ev_csan", "--name", "+ CSANs", "--baseline", work / "ev_base")
+    base = check_results(work / "ev_base", N_TEST, compound=True)
+    csan = check_results(work / "ev_csan", N_TEST, compound=True)
+    assert base["bootstrap"] is None and base["arch"] == "transformer"
+    test = csan["bootstrap"]
+    assert test["baseline"] == "Transformer-Base" and test["samples"] == 200
+    assert 0.0 < test["p_value"] <= 1.0
+    assert test["baseline_bleu"] == pytest.approx(base["bleu_tok"]) and test["bleu"] == pytest.approx(csan["bleu_tok"])
+    table = run(["python", "-m", "fairseq_csan.recipes.collect_results", work / "ev_base", work / "ev_csan"]).stdout
+    assert "| System | WMT14 En⇒De #Params | WMT14 En⇒De Speed | WMT14 En⇒De BLEU |" in table
+    assert "| Transformer-Base | 0.2M |" in table and "| + CSANs | 0.2M |" in table
+    # a second evaluation of the same checkpoints and settings keeps the average and the decoding
+    stamps = [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")]
+    again = evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
+    assert "averaged.pt (the same checkpoints): up to date; skipped" in again.stderr
+    assert "generate.txt (the same model and settings): up to date; skipped" in again.stderr
+    assert [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")] == stamps
+    # other settings in the same folder: refused, then redone with --force
+    other = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoints", work / "ck_base",
+                 "--out", work / "ev_base", "--last", 3, "--cpu"], check=False)
+    assert other.returncode == 2 and "holds an evaluation of other checkpoints or settings" in other.stderr
+    redone = evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force")
+    assert "1/3 averaging the last 2" in redone.stderr and re.search(r"2/3 decoding test \(\d+ sentences\): beam 1,", redone.stderr)
+    assert "beam=1" in (work / "ev_base/evaluation.env").read_text()
+
+
+@pytest.mark.slow
+def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
+    """A rerun into the same --out never scores old translations: another prepared test set,
+    or a checkpoint replaced with its modification time kept (cp -p, rsync -a), redoes the
+    decoding (and the steps after the change) and says why."""
+    import shutil
+
+    work, out = ende["work"], ende["out"]
+    checkpoint = tmp_path / "model.pt"
+    shutil.copy2(work / "ck_base/checkpoint_last.pt", checkpoint)
+    ev = tmp_path / "ev"
+    first = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoint", checkpoint, "--out", ev, "--cpu",
+                 "--bootstrap-samples", 10])
+    assert len(lines(ev / "hyp.tok")) == N_TEST
+    # another prepared folder whose test set is the first one's valid set (N_DEV sentences)
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    for folder in ("raw", "tok", "bpe"):
+        for lang in ("en", "de"):
+            shutil.copy(out / folder / f"valid.{lang}", other / folder / f"test.{lang}")
+    for suffix in ("bin", "idx"):
+        for lang in ("en", "de"):
+            shutil.copy(out / f"data-bin/valid.en-de.{lang}.{suffix}", other / f"data-bin/test.en-de.{lang}.{suffix}")
+    again = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu",
+                 "--bootstrap-samples", 10])
+    assert "2/3 decoding test" in again.stderr and "redone: its inputs are other files than last time" in again.stderr
+    assert lines(ev / "hyp.tok") != [] and len(lines(ev / "hyp.tok")) == len(lines(other / "tok/test.de"))
+    assert lines(other / "tok/test.de") == lines(out / "tok/valid.de")
+    # the checkpoint replaced by another one, its times kept
+    st = checkpoint.stat()
+    shutil.copyfile(work / "ck_csan/checkpoint_last.pt", checkpoint)
+    os.utime(checkpoint, ns=(st.st_atime_ns, st.st_mtime_ns))
+    third = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu",
+                 "--bootstrap-samples", 10])
+    assert f"input {checkpoint} changed since the last run" in third.stderr
+    assert first.returncode == again.returncode == third.returncode == 0
+
+
+@pytest.mark.slow
+def test_ende_missing_reference_is_found_before_any_work(ende, tmp_path):
+    import shutil
+
+    other = tmp_path / "task"
+    shutil.copytree(ende["out"], other)
+    (other / "raw/test.de").unlink()
+    done = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoints", ende["work"] / "ck_base",
+                "--out", tmp_path / "ev", "--cpu"], check=False)
+    assert done.returncode == 2 and f"no raw reference {other / 'raw/test.de'}" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "ev/averaged.pt").exists()
+
+
+@pytest.mark.slow
+def test_ende_test_lines_longer_than_the_model_are_named_before_decoding(ende, tmp_path):
+    import shutil
+
+    other = tmp_path / "task"
+    shutil.copytree(ende["out"], other)
+    rows = lines(other / "bpe/test.en")
+    rows[2] = " ".join(["x"] * 1100)  # the tiny models keep fairseq's 1024 source positions
+    write(other / "bpe/test.en", rows)
+    done = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoints", ende["work"] / "ck_base",
+                "--out", tmp_path / "ev", "--cpu"], check=False)
+    assert done.returncode == 2
+    assert f"1 test sentence(s) of {other / 'bpe/test.en'} are longer than the model's 1024 source positions" in done.stderr
+    assert "line(s) 3." in done.stderr and not (tmp_path / "ev/averaged.pt").exists()
+
+
+@pytest.mark.slow
+def test_the_command_shown_in_evaluate_sh_is_what_it_runs(ende, tmp_path):
+    """The fairseq-generate command in evaluate.sh's header is the one it runs (up to the paths of
+    the example and the --cpu of this machine)."""
+    from conftest import REPO
+
+    header = (REPO / "scripts/evaluate.sh").read_text(encoding="utf-8").split("\nset -euo pipefail")[0]
+    shown = re.sub(r"\s*\\\n#\s*", " ", header).split("#   2. ")[1].split("\n")[0].split(" > ")[0]
+    work, out = ende["work"], ende["out"]
+    done = evaluate_tiny(out, work / "ck_base", tmp_path / "ev", "--last", 5)
+    (ran,) = [line.split("$ ", 1)[1].split(" > ")[0] for line in done.stderr.splitlines() if "$ fairseq-generate" in line]
+    expected = (shown.replace("data/wmt14_en_de/data-bin", str(out / "data-bin"))
+                .replace("--user-dir fairseq_csan", f"--user-dir {REPO / 'fairseq_csan'}")
+                .replace("results/ende_csan2d/averaged.pt", str(tmp_path / "ev/averaged.pt")))
+    assert ran == expected + " --cpu"
+    assert "1/3 averaging the last 5 checkpoints" in done.stderr

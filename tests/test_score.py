@@ -1,0 +1,96 @@
+"""fairseq_csan.recipes.score on inputs checked by hand: hypotheses back in corpus order, training
+and decoding speeds from fairseq's logs, compound splitting, tokenised BLEU, the significance
+marks, sacreBLEU's paired bootstrap of BLEU and of chrF."""
+
+import pytest
+
+from fairseq_csan.recipes import score
+from recipe_helpers import write
+
+
+def test_chrf_scores_and_its_paired_bootstrap():
+    from sacrebleu.metrics import CHRF
+
+    from fairseq_csan.recipes import score
+
+    refs = ["Der Hund läuft schnell nach Hause .", "Ein kleines Haus am See .", "Sie lesen ein Buch ."] * 4
+    base = ["Der Hund rennt nach Hause .", "Ein Haus .", "Sie lesen Bücher ."] * 4
+    better = ["Der Hund läuft schnell nach Hause .", "Ein kleines Haus am See .", "Sie lesen ein Buch ."] * 4
+    test = score.paired_bootstrap_chrf(refs, base, better, 200)
+    assert test["baseline_chrf"] == pytest.approx(CHRF().corpus_score(base, [refs]).score, abs=1e-6)
+    assert test["chrf"] == pytest.approx(100.0) and test["p_value"] < 0.05 and test["mark"] in ("⇑", "↑")
+    assert "chrF2" in test["signature"] or "nc:6" in test["signature"]
+    same = score.paired_bootstrap_chrf(refs, base, base, 200)
+    assert same["chrf"] == pytest.approx(same["baseline_chrf"]) and same["mark"] == ""
+
+
+GENERATE = """S-1\tzweiter satz
+T-1\tzweiter satz
+H-1\t-0.5\tein zweiter satz
+D-1\t-0.5\tein zweiter satz
+S-0\terster satz
+H-0\t-0.2\tder erste satz
+2026-11-22 08:00:00 | INFO | fairseq_cli.generate | Translated 2 sentences (12 tokens) in 0.5s (4.00 sentences/s, 24.00 tokens/s)
+"""
+
+
+def test_hypotheses_come_back_in_corpus_order(tmp_path):
+    (tmp_path / "gen.txt").write_text(GENERATE)
+    assert score.hypotheses(tmp_path / "gen.txt") == ["der erste satz", "ein zweiter satz"]
+    assert score.decode_speed(tmp_path / "gen.txt") == {"sentences": 2, "seconds": 0.5, "sent_per_s": 4.0}
+    (tmp_path / "gap.txt").write_text("H-0\t-1\ta\nH-2\t-1\tc\n")
+    with pytest.raises(SystemExit, match=r"lacks hypotheses for sentences \[1\]"):
+        score.hypotheses(tmp_path / "gap.txt")
+
+
+def test_train_speed_is_the_mean_of_ups(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "x | INFO | fairseq_cli.train | num. shared model params: 1,234 (num. trained: 1,200)\n"
+        "x | INFO | train_inner | epoch 001:  2 / 9 loss=1, ups=1.5, wpb=3\n"
+        "x | INFO | train_inner | epoch 001:  4 / 9 loss=1, ups=2.25, wpb=3\n"
+        "x | INFO | train | epoch 001 | loss 9.3 | ups 7.81 | wpb 667\n")
+    assert score.train_speed(log) == {"steps_per_s": 1.875, "logged_intervals": 2, "params": 1200}
+
+
+def test_compound_splitting_as_the_wmt14_convention():
+    assert score.split_compounds("Vorort-Bereich und Rot-Grün-Koalition") == \
+        "Vorort ##AT##-##AT## Bereich und Rot ##AT##-##AT## Grün ##AT##-##AT## Koalition"
+    # matches do not overlap, as with perl's s{(\S)-(\S)}{...}g: "b" is taken by the first
+    assert score.split_compounds("a-b-c") == "a ##AT##-##AT## b-c"
+    # a hyphen between spaces is not a compound
+    assert score.split_compounds("a - b") == "a - b"
+
+
+def test_tokenised_bleu_by_hand():
+    # hypothesis = reference: 100; a 4-token hypothesis with 3/4 unigram, 1/3 bigram, 0 trigram
+    # matches has BLEU 0 without smoothing (no 3-gram match); sacreBLEU's floor smoothing aside
+    assert score.tokenised_bleu(["a b c d e"], ["a b c d e"]) == pytest.approx(100.0)
+    # tokenize none: punctuation is not split, so "d." does not match "d ."
+    assert score.tokenised_bleu(["a b c d."], ["a b c d ."]) < score.tokenised_bleu(["a b c d ."], ["a b c d ."])
+    # compound splitting turns one unmatched token into three, two of them matching
+    hyp, ref = ["das Vorort-Gebiet ist groß"], ["das Vorort-Bereich ist groß"]
+    plain = score.tokenised_bleu(hyp, ref)
+    split = score.tokenised_bleu([score.split_compounds(h) for h in hyp], [score.split_compounds(r) for r in ref])
+    assert split > plain
+
+
+@pytest.mark.parametrize("delta, p, expected", [
+    (0.8, 0.001, "⇑"), (0.8, 0.03, "↑"), (0.8, 0.05, ""), (-0.4, 0.002, "⇓"), (-0.4, 0.04, "↓"),
+    (0.0, 0.001, ""), (0.5, None, ""),
+])
+def test_significance_marks(delta, p, expected):
+    assert score.mark(delta, p) == expected
+
+
+def test_paired_bootstrap_through_sacrebleu(tmp_path):
+    refs = [f"the cat {i} sat on the mat today" for i in range(40)]
+    good = list(refs)
+    bad = [f"a dog {i} stood near some rug" for i in range(40)]
+    write(tmp_path / "ref", refs)
+    write(tmp_path / "good", good)
+    write(tmp_path / "bad", bad)
+    test = score.paired_bootstrap(tmp_path / "ref", tmp_path / "bad", tmp_path / "good", 200)
+    assert test["baseline_bleu"] < 5 and test["bleu"] == pytest.approx(100.0)
+    assert test["p_value"] < 0.01 and "--paired-bs" in test["command"]
+    assert score.mark(test["bleu"] - test["baseline_bleu"], test["p_value"]) == "⇑"

@@ -1,0 +1,31 @@
+"""scripts/sweep.sh, the window and area sweep (CSAN Fig. 2), and its plot."""
+
+import pytest
+
+from recipe_helpers import lines, run
+
+
+@pytest.mark.slow
+def test_ende_window_sweep_trains_evaluates_and_plots(ende):
+    """scripts/sweep.sh at a tiny budget (one window, one head area), then the plot; a rerun
+    keeps what is finished."""
+    sweep = ende["work"] / "sweep"
+    command = ["bash", "scripts/sweep.sh", "--data", ende["out"], "--out", sweep, "--windows", 3, "--heads", 3,
+               "--last", 2, "--cpu-tiny", "--", "--max-update", 8]
+    run(command)
+    assert "--csan-window 3" in (sweep / "csan1d_window3/checkpoints/train_command.sh").read_text()
+    assert "--csan-window 11 --csan-heads 3" in (sweep / "csan2d_heads3/checkpoints/train_command.sh").read_text()
+    assert "subset=valid" in (sweep / "csan2d_heads3/eval/evaluation.env").read_text()
+    again = run(command)
+    assert "[sweep] csan2d_heads3" in again.stderr
+    assert "up to date; skipped" in (sweep / "csan1d_window3/eval.out").read_text()
+    run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", sweep, "--out", ende["work"] / "sweep_plot"])
+    rows = lines(ende["work"] / "sweep_plot/window_sweep.csv")
+    assert [r.split(",")[:2] for r in rows[1:]] == [["window", "3"], ["heads", "3"]]
+
+
+def test_sweep_checks_its_inputs_before_making_run_folders(tmp_path):
+    done = run(["bash", "scripts/sweep.sh", "--data", tmp_path / "nothing", "--out", tmp_path / "sweep",
+                "--windows", "3", "--heads", ""], check=False)
+    assert done.returncode == 2 and "not a prepared task folder" in done.stderr
+    assert not (tmp_path / "sweep").exists()
