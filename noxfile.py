@@ -94,7 +94,8 @@ def fairseq_main(session):
         session.skip("FAIRSEQ_SRC is not set: give it a local clone of https://github.com/facebookresearch/fairseq")
     if not (Path(src) / "setup.py").is_file():
         session.error(f"FAIRSEQ_SRC={src} holds no setup.py: give it a clone of fairseq's repository")
-    session.install("torch==2.4.1", "torchaudio==2.4.1", "numpy<2", "cython", "setuptools")
-    # as fairseq's README installs it: editable, built against the torch above
+    session.install("torch==2.4.1", "torchaudio==2.4.1", "numpy<2", "cython", "setuptools", "wheel")
+    # as fairseq's README installs it: editable, built against the torch above (without build
+    # isolation its build needs setuptools and wheel here)
     session.install("--no-build-isolation", "-e", src)
     _install_and_check(session)
