@@ -17,7 +17,7 @@ from setuptools import find_packages, setup
 
 RECIPES = ["sacremoses>=0.1", "jieba>=0.42", "fugashi>=1.3", "unidic-lite>=1.0.8"]
 ANALYSIS = ["matplotlib>=3.5"]
-LOGGING = ["tensorboard>=2.10"]
+LOGGING = ["tensorboard>=2.10", "tensorboardX"]
 
 setup(
     name="fairseq_csan",
@@ -53,8 +53,10 @@ setup(
         "recipes": RECIPES,
         # the analysis commands' plots (fairseq_csan/recipes/analysis/)
         "analysis": ANALYSIS,
-        # fairseq-train --tensorboard-logdir (scripts/train.sh --tensorboard DIR); installed by
-        # scripts/install.sh. W&B (--wandb-project) needs `pip install wandb` besides.
+        # fairseq-train --tensorboard-logdir (scripts/train.sh --tensorboard DIR); tensorboardX
+        # only quiets fairseq's "Please install tensorboardX" at every start (fairseq logs through
+        # torch.utils.tensorboard); installed by scripts/install.sh. W&B (--wandb-project) needs
+        # `pip install wandb` besides.
         "logging": LOGGING,
         "test": ["pytest>=7", *RECIPES, *ANALYSIS],
     },

@@ -3,17 +3,23 @@
 Load it with ``--user-dir fairseq_csan`` (from the repository root; from any folder,
 ``--user-dir "$(python -m fairseq_csan user-dir)"``) or ``import fairseq_csan``; importing
 registers the models, the named architectures and the self-attention variants, and applies
-our fixes to fairseq (``fairseq_compat``, ``cli_help``).
+our fixes to fairseq (``fairseq_compat``, ``cli_help``); fairseq's known harmless warnings are
+filtered (``quiet``).
 """
 
 __version__ = "0.1.0"
 
 import logging
 
+from .quiet import filter_known_warnings  # noqa: E402
+
 # fairseq's speech-synthesis task logs "Please install tensorboardX" when it is imported (with
-# every fairseq task); translation never uses it. Silenced where we import fairseq first (the
-# kit's commands, the hub interface); fairseq's own commands import it before our plugin.
+# every fairseq task) and tensorboardX is missing; translation never uses it. Silenced where we
+# import fairseq first (the kit's commands, the hub interface); the logging extra installs
+# tensorboardX, which silences it in fairseq's own commands too.
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+# hydra's and torch's deprecation notices about fairseq's calls (quiet.py lists them)
+filter_known_warnings()
 
 from fairseq import options as _options  # noqa: E402
 

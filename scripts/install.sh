@@ -12,7 +12,8 @@
 #                see docs/troubleshooting.md); an installed fairseq (PyPI 0.12.2, GitHub main, fairseq-fixed)
 #                is always kept
 #   EXTRAS       this package's extras (default: test,logging; the test extra brings the
-#                recipes' tokenisers and the analysis plots, logging brings TensorBoard)
+#                recipes' tokenisers and the analysis plots, logging brings TensorBoard and
+#                tensorboardX)
 #   IMPORT_CHECK 0 skips importing torch, fairseq and fairseq_csan at the end (default 1)
 set -euo pipefail
 

@@ -17,6 +17,7 @@ def test_ende_evaluate_with_bootstrap_and_table(ende):
     evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
     evaluate_tiny(out, work / "ck_csan", work / "ev_csan", "--name", "+ CSANs", "--baseline", work / "ev_base")
     base = check_results(work / "ev_base", N_TEST, compound=True)
+    assert "Warning" not in (work / "ev_base/generate.log").read_text(encoding="utf-8")  # quiet.py
     csan = check_results(work / "ev_csan", N_TEST, compound=True)
     assert base["bootstrap"] is None and base["arch"] == "transformer"
     test = csan["bootstrap"]

@@ -381,6 +381,9 @@ def test_ende_training_resumes_and_refuses_another_run(ende):
     assert sorted(int(p.stem.split("_")[-1]) for p in save.glob("checkpoint_1_*.pt")) == list(range(2, 17, 2))
     speed = run(["python", "-m", "fairseq_csan.recipes.score", "speed", save / "train.log"]).stdout
     assert "training steps/s" in speed
+    # quiet: none of fairseq's known notices (fairseq_csan/quiet.py, tensorboardX installed)
+    log = (save / "train.log").read_text(encoding="utf-8")
+    assert "Warning" not in log and "tensorboardX" not in log
     other = run(["bash", "scripts/train.sh", "--data", ende["out"], "--arch", "transformer_csan1d",
                  "--save-dir", save, "--cpu-tiny"], check=False)
     assert other.returncode == 2 and "holds another run" in other.stderr

@@ -36,7 +36,6 @@ import logging
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
 from . import decoding
@@ -220,7 +219,6 @@ def main(argv=None):
         parser.error(str(error))
 
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # its INFO lines (the whole configuration) are noise here
-    warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true but no accelerator")
     hub = load(args)
     src, tgt = hub.cfg.task.source_lang, hub.cfg.task.target_lang
     output, tok_output = outputs(args.output or args.input.with_name(f"{args.input.name}.{tgt}"))

@@ -1,0 +1,51 @@
+"""fairseq_csan/quiet.py: once the plugin is loaded, fairseq's known harmless warnings (hydra's and
+torch's deprecation notices about fairseq's calls) are ignored, every other warning stays
+visible, and PYTHONWARNINGS=default shows them all again."""
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+# as hydra, torch and fairseq word them (hydra's begin with a newline), and warnings that must show
+EMIT = r'''
+import warnings
+import fairseq_csan
+warnings.warn("\n'config' is validated against ConfigStore schema with the same name.\nThis behavior is "
+              "deprecated in Hydra 1.1 and will be removed in Hydra 1.2.", UserWarning)
+warnings.warn("\nThe version_base parameter is not specified.\nPlease specify a compatability version level, "
+              "or None.\nWill assume defaults for version 1.1", UserWarning)
+warnings.warn("hydra.experimental.compose() is no longer experimental. Use hydra.compose()", UserWarning)
+warnings.warn("Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for both "
+              "instead.", UserWarning)
+warnings.warn("`torch.cuda.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cuda', "
+              "args...)` instead.", FutureWarning)
+warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+              "won't be used.", UserWarning)
+warnings.warn("a warning of the user's own", UserWarning)
+warnings.warn("a model whose mask says: Support for mismatched key_padding_mask and attn_mask", UserWarning)
+warnings.warn("`torch.cuda.amp.autocast(args...)` is deprecated, as a RuntimeWarning", RuntimeWarning)
+'''
+SHOWN = ["a warning of the user's own", "a model whose mask says", "as a RuntimeWarning"]
+HIDDEN = ["ConfigStore schema", "version_base", "hydra.experimental.compose", "UserWarning: Support for mismatched",
+          "torch.amp.autocast('cuda'", "pin_memory"]
+
+
+def emit(**env):
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    done = subprocess.run([sys.executable, "-c", EMIT], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**environment, **env})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+def test_known_warnings_are_ignored_and_others_shown():
+    shown = emit()
+    assert all(text in shown for text in SHOWN), shown
+    assert not [text for text in HIDDEN if text in shown], shown
+
+
+def test_pythonwarnings_default_shows_them_all():
+    shown = emit(PYTHONWARNINGS="default")
+    assert all(text in shown for text in SHOWN + HIDDEN), shown
