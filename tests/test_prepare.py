@@ -203,3 +203,18 @@ def test_jaen_missing_aspec_file(tmp_path):
     done = run(["bash", "examples/wat17_ja_en/prepare.sh", "--raw-dir", aspec, "--out", tmp_path / "out"], check=False)
     assert done.returncode == 2
     assert str(aspec / "test/test.txt") in done.stderr and "ASPEC is licensed" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_commands_shown_in_prepare_sh_are_what_it_runs(ende):
+    """The subword-nmt and fairseq-preprocess commands in examples/wmt14_en_de/prepare.sh's header
+    are the ones it runs (up to the output folder, the merges and the workers of this test)."""
+    header = (REPO / "examples/wmt14_en_de/prepare.sh").read_text(encoding="utf-8").split("\nset -euo pipefail")[0]
+    steps = {line[4:6]: line[7:] for line in re.sub(r"\s*\\\n#\s*", " ", header).splitlines() if line.startswith("#   ")}
+    out = ende["out"]
+    ran = [line.split("$ ", 1)[1] for line in ende["first"].stderr.splitlines() if "  $ " in line]
+    learn = (steps["4."].replace("tok/", f"{out}/tok/").replace("-s 32000", "-s 400")
+             .replace("> bpe/codes", f"> {out}/bpe/codes.tmp"))
+    binarise = (steps["6."].replace("bpe/", f"{out}/bpe/").replace("--destdir data-bin", f"--destdir {out}/data-bin.tmp")
+                + " --workers 2")
+    assert learn in ran and binarise in ran, "\n".join(ran)

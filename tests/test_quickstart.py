@@ -18,7 +18,7 @@ QUICKSTART = REPO / "examples" / "quickstart.sh"
 
 
 def run_quickstart(work: Path, **env):
-    full_env = {**os.environ, "WORK": str(work), "MAX_TOKENS": "2048", "DIM": "32", **env}
+    full_env = {**os.environ, "WORK": str(work), "MAX_TOKENS": "2048", "DIM": "32", "DEVICE": "cpu", **env}
     done = subprocess.run(["bash", str(QUICKSTART)], env=full_env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"quick start failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout + "\n" + done.stderr  # the steps' own logs go to stderr

@@ -4,8 +4,13 @@
 # Moses tokenisation of the English, 32K BPE merges per language, two dictionaries.
 # News Commentary and the dev/test sets download from statmt.org; the UN and CWMT corpora
 # must be placed in --raw-dir (or $WMT17_RAW) by hand. See examples/wmt17_zh_en/README.md.
+#
+# The kit (fairseq_csan/recipes/prepare.py) runs the six steps of examples/wmt14_en_de/prepare.sh
+# (jieba for zh; clean at ratio 9), with one BPE model and one dictionary per language:
+#   4. subword-nmt learn-bpe -s 32000 < tok/train.clean.LANG > bpe/codes.LANG   (LANG: zh, en)
+#   6. fairseq-preprocess --source-lang zh --target-lang en --trainpref bpe/train \
+#        --validpref bpe/valid --testpref bpe/test --destdir data-bin
 set -euo pipefail
 # the task's settings: different scripts: one BPE model and one dictionary per language;
 # clean-corpus-n.perl's default ratio 9: jieba words and English words differ in count
-# (the steps, and the commands they run, are printed as they run; --help lists the options)
 exec python -m fairseq_csan.recipes.prepare wmt17_zh_en --joint-bpe 0 --clean-ratio 9 "$@"
