@@ -49,3 +49,21 @@ def test_known_warnings_are_ignored_and_others_shown():
 def test_pythonwarnings_default_shows_them_all():
     shown = emit(PYTHONWARNINGS="default")
     assert all(text in shown for text in SHOWN + HIDDEN), shown
+
+
+def test_fairseq_mains_syntax_warning_is_ignored_there_only(tmp_path):
+    """fairseq GitHub main's speech task compares with `is not ""`: the SyntaxWarning of its first
+    compile is ignored in that file, and shown for the same code anywhere else."""
+    code = 'label = "a"\nfound = label is not ""\n'
+    theirs = tmp_path / "fairseq" / "tasks" / "multires_hubert_pretraining.py"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text(code)
+    (tmp_path / "mine.py").write_text(code)
+    script = ("import fairseq_csan\n"
+              f"for path in ({str(theirs)!r}, {str(tmp_path / 'mine.py')!r}):\n"
+              "    compile(open(path).read(), path, 'exec')\n")
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env=environment)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{tmp_path / 'mine.py'}:2: SyntaxWarning" in done.stderr and "multires_hubert" not in done.stderr
