@@ -1,7 +1,7 @@
 """fairseq_csan.recipes.evaluate (scripts/evaluate.sh) on the En-De recipe at a tiny size: every
 BLEU variant, chrF, the paired bootstrap and the table; a rerun keeps what is current and redoes
 what was made from changed inputs; a missing reference and over-long test lines are named
-before any work."""
+before any work; a kill at any moment, then a rerun, ends as an uninterrupted evaluation."""
 
 import os
 import re
@@ -125,3 +125,50 @@ def test_the_command_shown_in_evaluate_sh_is_what_it_runs(ende, tmp_path):
                 .replace("results/ende_csan2d/averaged.pt", str(tmp_path / "ev/averaged.pt")))
     assert ran == expected + " --cpu"
     assert "1/3 averaging the last 5 checkpoints" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, tmp_path):
+    """SIGKILL of evaluate.sh's process group, then of the kit's own process alone (fairseq-generate
+    then dies with it), each at a random moment; each rerun's translations and scores equal those
+    of an uninterrupted evaluation."""
+    import json
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    work, out = ende["work"], ende["out"]
+    command = ["bash", "scripts/evaluate.sh", "--data", str(out), "--checkpoints", str(work / "ck_base"), "--last", "3",
+               "--cpu", "--bootstrap-samples", "10"]
+
+    def outputs(folder):
+        results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        scores = {k: results[k] for k in ("bleu_tok", "bleu_compound", "sacrebleu", "chrf")}
+        return scores, lines(folder / "hyp.tok"), lines(folder / "hyp.detok")
+
+    started = time.time()
+    run([*command, "--out", tmp_path / "reference"])
+    duration = time.time() - started
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    rng = random.Random("evaluate-kill")
+    for whom in ("group", "parent"):
+        folder = tmp_path / whom
+        proc = subprocess.Popen([*command, "--out", str(folder)], cwd=str(REPO), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        delay = rng.uniform(0.5, duration)
+        time.sleep(delay)
+        if whom == "group":
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            proc.kill()
+        proc.wait()
+        time.sleep(0.5)  # the killed commands' own ends
+        run([*command, "--out", folder])
+        assert outputs(folder) == outputs(tmp_path / "reference"), f"{whom} killed after {delay:.1f} s"
