@@ -159,7 +159,7 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, 
         folder = tmp_path / whom
         proc = subprocess.Popen([*command, "--out", str(folder)], cwd=str(REPO), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        delay = rng.uniform(0.5, duration)
+        delay = rng.uniform(0.3, 0.6) * duration  # well before an uninterrupted run would end
         time.sleep(delay)
         if whom == "group":
             try:
@@ -169,6 +169,7 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, 
         else:
             proc.kill()
         proc.wait()
+        assert proc.returncode == -signal.SIGKILL, f"{whom}: the evaluation ended before the kill at {delay:.1f} s"
         time.sleep(0.5)  # the killed commands' own ends
         run([*command, "--out", folder])
         assert outputs(folder) == outputs(tmp_path / "reference"), f"{whom} killed after {delay:.1f} s"

@@ -18,7 +18,7 @@ QUICKSTART = REPO / "examples" / "quickstart.sh"
 
 
 def run_quickstart(work: Path, **env):
-    full_env = {**os.environ, "WORK": str(work), "MAX_TOKENS": "2048", "DIM": "32", "DEVICE": "cpu", **env}
+    full_env = {**os.environ, "WORK": str(work), "MAX_TOKENS": "2048", "DIM": "32", **env}
     done = subprocess.run(["bash", str(QUICKSTART)], env=full_env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"quick start failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout + "\n" + done.stderr  # the steps' own logs go to stderr
@@ -124,7 +124,8 @@ def variants_work(tmp_path_factory):
 def test_every_variant_trains_and_translates_multi30k(variant, multi30k_subset, variants_work):
     """scripts/train.sh and evaluate.sh (fairseq-train, fairseq-generate --user-dir), for every registered variant."""
     arch = f"transformer_{variant}"
-    out = run_quickstart(variants_work, CORPUS=str(multi30k_subset), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000")
+    out = run_quickstart(variants_work, CORPUS=str(multi30k_subset), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000",
+                         DEVICE="cpu")
     check_outputs(variants_work, arch, 10, out)
     log = (variants_work / "checkpoints" / arch / "train.log").read_text()
     assert f"encoder_self_attention='{variant}'" in log and "csan_layers=2" in log  # the quick start's setting
@@ -139,7 +140,7 @@ def test_context_aware_trains_and_translates_multi30k(flags, multi30k_subset, tm
     arch = "transformer_ctxaware"
     work = tmp_path / "work"
     out = run_quickstart(work, CORPUS=str(multi30k_subset), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000",
-                         MODEL_FLAGS=flags)
+                         MODEL_FLAGS=flags, DEVICE="cpu")
     check_outputs(work, arch, 10, out)
     side = flags.split()[-1] if flags else "encoder"
     assert f"ctx_side='{side}'" in (work / "checkpoints" / arch / "train.log").read_text()

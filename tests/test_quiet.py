@@ -17,6 +17,10 @@ warnings.warn("\n'config' is validated against ConfigStore schema with the same 
 warnings.warn("\nThe version_base parameter is not specified.\nPlease specify a compatability version level, "
               "or None.\nWill assume defaults for version 1.1", UserWarning)
 warnings.warn("hydra.experimental.compose() is no longer experimental. Use hydra.compose()", UserWarning)
+warnings.warn("In 'config': Usage of deprecated keyword in package header '# @package _group_'.\nSee "
+              "https://hydra.cc/docs/1.2/upgrades/1.0_to_1.1/changes_to_package_header", UserWarning)
+warnings.warn("\nThe strict flag in the compose API is deprecated.\nSee https://hydra.cc/docs/1.2/upgrades/"
+              "0.11_to_1.0/strict_mode_flag_deprecated for more info.\n", UserWarning)
 warnings.warn("Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for both "
               "instead.", UserWarning)
 warnings.warn("`torch.cuda.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cuda', "
@@ -29,6 +33,7 @@ warnings.warn("`torch.cuda.amp.autocast(args...)` is deprecated, as a RuntimeWar
 '''
 SHOWN = ["a warning of the user's own", "a model whose mask says", "as a RuntimeWarning"]
 HIDDEN = ["ConfigStore schema", "version_base", "hydra.experimental.compose", "UserWarning: Support for mismatched",
+          "deprecated keyword in package header", "strict flag",
           "torch.amp.autocast('cuda'", "pin_memory"]
 
 

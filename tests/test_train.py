@@ -7,6 +7,7 @@ the logging options; the En-De recipe's resume and bf16 run; the bf16 entry poin
 (fairseq_csan/train.py). Data-parallel launches: test_distributed.py."""
 
 import fcntl
+import importlib.util
 import json
 import os
 import random
@@ -383,7 +384,9 @@ def test_ende_training_resumes_and_refuses_another_run(ende):
     assert "training steps/s" in speed
     # quiet: none of fairseq's known notices (fairseq_csan/quiet.py, tensorboardX installed)
     log = (save / "train.log").read_text(encoding="utf-8")
-    assert "Warning" not in log and "tensorboardX" not in log
+    assert "Warning" not in log
+    if importlib.util.find_spec("tensorboardX"):  # the logging extra; fairseq imports its tasks before our plugin
+        assert "tensorboardX" not in log
     other = run(["bash", "scripts/train.sh", "--data", ende["out"], "--arch", "transformer_csan1d",
                  "--save-dir", save, "--cpu-tiny"], check=False)
     assert other.returncode == 2 and "holds another run" in other.stderr

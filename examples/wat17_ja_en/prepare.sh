@@ -6,9 +6,9 @@
 #
 # The kit (fairseq_csan/recipes/prepare.py) runs the six steps of examples/wmt14_en_de/prepare.sh
 # (MeCab for ja; clean at ratio 9), with one BPE model and one dictionary per language:
-#   4. subword-nmt learn-bpe -s 32000 < tok/train.clean.LANG > bpe/codes.LANG   (LANG: ja, en)
+#   4. cat tok/train.clean.LANG | subword-nmt learn-bpe -s 32000 > bpe/codes.LANG   (LANG: ja, en)
 #   6. fairseq-preprocess --source-lang ja --target-lang en --trainpref bpe/train \
-#        --validpref bpe/valid --testpref bpe/test --destdir data-bin
+#        --validpref bpe/valid --testpref bpe/test --destdir data-bin --workers N
 set -euo pipefail
 # the task's settings: different scripts: one BPE model and one dictionary per language;
 # clean-corpus-n.perl's default ratio 9: MeCab words and English words differ in count

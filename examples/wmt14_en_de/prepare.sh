@@ -12,9 +12,11 @@
 #      escaping) -> tok/
 #   3. clean the training pairs: 1-250 tokens, length ratio <= 1.5 -> tok/train.clean.{en,de}
 #   4. cat tok/train.clean.en tok/train.clean.de | subword-nmt learn-bpe -s 32000 > bpe/codes
-#   5. subword-nmt apply-bpe -c bpe/codes --input tok/SPLIT.LANG --output bpe/SPLIT.LANG
+#   5. subword-nmt apply-bpe -c bpe/codes --num-workers N --input tok/SPLIT.LANG --output bpe/SPLIT.LANG
+#      (SPLIT: train.clean, valid, test)
 #   6. fairseq-preprocess --source-lang en --target-lang de --trainpref bpe/train \
-#        --validpref bpe/valid --testpref bpe/test --destdir data-bin --joined-dictionary
+#        --validpref bpe/valid --testpref bpe/test --destdir data-bin --joined-dictionary --workers N
+# (N is the --workers option.)
 set -euo pipefail
 # the task's settings: one BPE model and one dictionary for English and German
 exec python -m fairseq_csan.recipes.prepare wmt14_en_de --joint-bpe 1 --clean-ratio 1.5 "$@"
