@@ -25,6 +25,7 @@ from fairseq import options as _options  # noqa: E402
 
 from . import fairseq_compat, models  # noqa: F401,E402  (registers everything)
 from . import tokenizer  # noqa: F401,E402  (--tokenizer csan_recipe; its packages load when built)
+from . import model_folder  # noqa: F401,E402  (from_pretrained checks an exported folder's files first)
 from .cli_help import help_lists_model_flags  # noqa: E402
 from .modules.context_gating import record_gates  # noqa: F401,E402  (gate values for analysis)
 

@@ -90,8 +90,41 @@ def test_refusals(checkpoints, tmp_path):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "5", "--output", str(tmp_path / "y.pt")])
     other, args, _ = build_model("transformer_csan2d", TINY)
     save(tmp_path / "other.pt", other, args, 1)
-    with pytest.raises(SystemExit, match="holds other parameters"):
+    with pytest.raises(SystemExit, match="other.pt is not of the same run as .*arch transformer_relpos vs transformer_csan2d"):
         average_checkpoints.main(["--inputs", str(paths[0]), str(tmp_path / "other.pt"), "--output", str(tmp_path / "z.pt")])
+    with pytest.raises(SystemExit, match="--output .*checkpoint_1_100.pt is input 1 .*checkpoint_1_100.pt"):
+        average_checkpoints.main(["--inputs", str(paths[0]), str(paths[1]), "--output", str(paths[0]), "--force"])
+    assert len(list(tmp_path.glob("*.pt"))) == 6 and not (tmp_path / "z.pt").exists()
+
+
+def test_a_checkpoint_of_another_run_is_refused_by_its_contents(checkpoints, tmp_path):
+    """Averaging reads what it averages: the update count, the model settings and seed, and the
+    tensor shapes come from each checkpoint, not its name."""
+    _, paths, _ = checkpoints
+    # another run's checkpoint renamed into the folder: its contents say update 7, not 400
+    model, args, _ = build_model("transformer_relpos", TINY, seed=5)
+    save(tmp_path / "checkpoint_2_400.pt", model, args, 7)
+    with pytest.raises(SystemExit, match="checkpoint_2_400.pt holds a checkpoint of update 7, not 400"):
+        average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
+    (tmp_path / "checkpoint_2_400.pt").unlink()
+    # the same update count, but another seed
+    model, args, _ = build_model("transformer_relpos", [*TINY, "--seed", "9"])
+    save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
+    with pytest.raises(SystemExit, match="checkpoint_2_400.pt is not of the same run .*seed 1 vs 9"):
+        average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
+    # the same checkpoint twice
+    with pytest.raises(SystemExit, match="are the same update \\(300\\)"):
+        average_checkpoints.main(["--inputs", str(paths[2]), str(tmp_path / "checkpoint_last.pt"),
+                                  "--output", str(tmp_path / "a.pt")])
+    # another dictionary: the embedding tables differ in size
+    from conftest import make_dictionary
+
+    model, args, _ = build_model("transformer_relpos", TINY, dictionary=make_dictionary(60))
+    save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
+    with pytest.raises(SystemExit, match="checkpoint_2_400.pt is not of the same model .*embed_tokens.weight is "
+                                         "\\(64, 32\\), not \\(54, 32\\)"):
+        average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
+    assert not (tmp_path / "a.pt").exists()
 
 
 def test_a_damaged_checkpoint_is_named(checkpoints, tmp_path):

@@ -1,5 +1,5 @@
 """Average the weights of several fairseq checkpoints into one (fairseq's own
-``fairseq_csan/recipes/average_checkpoints.py`` is not in the pip package).
+``scripts/average_checkpoints.py`` is not in its pip package).
 
 Every floating-point tensor of the models' state dicts is averaged (accumulated in float64,
 stored in its own dtype); other tensors (integer buffers) must be equal in every checkpoint.
@@ -47,9 +47,49 @@ def newest_checkpoints(folder: Path, n: int):
     return [folder / name for _, name in found[-n:]]
 
 
+def updates_of(state: dict):
+    """The update count a checkpoint's contents record (None when it records none)."""
+    try:
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def model_config(state: dict) -> dict:
+    """What makes two checkpoints the same model: the model settings (arch, sizes, variant
+    flags) and the seed, as a plain dict."""
+    cfg = state.get("cfg") or {}
+    model = cfg.get("model") if hasattr(cfg, "get") else None
+    if model is None and state.get("args") is not None:  # a checkpoint saved with argparse args
+        args = vars(state["args"])
+        return {k: v for k, v in args.items() if k not in ("lr", "max_update", "save_dir", "restore_file")}
+    model = dict(model.items()) if hasattr(model, "items") else dict(vars(model)) if model is not None else {}
+    common = cfg.get("common") if hasattr(cfg, "get") else None
+    seed = common.get("seed") if hasattr(common, "get") else getattr(common, "seed", None)
+    return {**{str(k): str(v) for k, v in model.items()}, "seed": str(seed)}
+
+
+def check_belongs(path: Path, state: dict, first_path: Path, first) -> None:
+    """A checkpoint of another run (another model, seed or name than its contents) is refused."""
+    named = UPDATE.match(path.name)
+    updates = updates_of(state)
+    if named and updates is not None and int(named.group(2)) != updates:
+        raise SystemExit(f"average_checkpoints: {path} holds a checkpoint of update {updates}, not "
+                         f"{named.group(2)} as its name says: it was renamed or belongs to another run")
+    if first is not None:
+        mine, theirs = model_config(state), first
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differ:
+            shown = ", ".join(f"{k} {theirs.get(k)} vs {mine.get(k)}" for k in differ[:4])
+            raise SystemExit(f"average_checkpoints: {path} is not of the same run as {first_path} "
+                             f"(model settings differ: {shown})")
+
+
 def average(paths):
-    """The averaged checkpoint (a dict, as fairseq saves it) of ``paths``."""
-    total, first_keys, newest = None, None, None
+    """The averaged checkpoint (a dict, as fairseq saves it) of ``paths``; each checkpoint's
+    contents must be of one run: the same model settings and seed, the update count its name
+    says, and different update counts."""
+    total, first_keys, newest, first, seen = None, None, None, None, {}
     for path in paths:
         if not path.is_file():
             raise SystemExit(f"average_checkpoints: missing checkpoint {path}")
@@ -58,6 +98,14 @@ def average(paths):
         except Exception as error:  # a truncated or foreign file: name it, whatever torch raised
             raise SystemExit(f"average_checkpoints: cannot read {path} (damaged or not a checkpoint: "
                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
+        check_belongs(path, state, paths[0], first)
+        updates = updates_of(state)
+        if updates is not None and updates in seen:
+            raise SystemExit(f"average_checkpoints: {path} and {seen[updates]} are the same update ({updates}) "
+                             "of training: average distinct checkpoints")
+        if updates is not None:
+            seen[updates] = path
+        first = first if first is not None else model_config(state)
         model = state["model"]
         if first_keys is None:
             first_keys = list(model)
@@ -68,6 +116,10 @@ def average(paths):
                 raise SystemExit(f"average_checkpoints: {path} holds other parameters than {paths[0]}: "
                                  f"{', '.join(sorted(missing)) or 'same names, other order'}")
             for k, v in model.items():
+                if v.shape != total[k].shape:
+                    raise SystemExit(f"average_checkpoints: {path} is not of the same model as {paths[0]}: "
+                                     f"{k} is {tuple(v.shape)}, not {tuple(total[k].shape)} (another dictionary "
+                                     "or size)")
                 if v.is_floating_point():
                     total[k] += v.to(torch.float64)
                 elif not torch.equal(total[k], v):
@@ -101,6 +153,12 @@ def main(argv=None):
     if args.list:
         print("\n".join(str(p) for p in paths))
         return
+    from .ownership import Refusal, refuse_overlaps
+
+    try:  # --force never replaces a checkpoint that is being averaged
+        refuse_overlaps({"--output": args.output}, {f"input {i + 1}": p for i, p in enumerate(paths)})
+    except Refusal as error:
+        raise SystemExit(f"average_checkpoints: {error}")
     if args.output.exists() and not args.force:
         raise SystemExit(f"average_checkpoints: {args.output} exists; pass --force to overwrite it")
     print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}", file=sys.stderr)

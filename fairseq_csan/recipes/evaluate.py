@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import decoding
 from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
+from .ownership import Refusal, WriterLock, listing, refuse_overlaps
 from .steps import Step, die_with_parent, make, shell_words
 from .task import NotATask, PreparedTask
 
@@ -55,7 +56,8 @@ def parse(argv=None):
                         "what they were made from is unchanged, and scores again")
     p.add_argument("--last", type=positive, metavar="N",
                    help="average the N newest interval checkpoints (default 5 for base runs, 20 for big ones)")
-    p.add_argument("--checkpoint", type=Path, metavar="FILE", help="evaluate this checkpoint instead of an average")
+    p.add_argument("--checkpoint", type=Path, metavar="FILE",
+                   help="evaluate this checkpoint instead of an average (not with --checkpoints or --last)")
     p.add_argument("--subset", choices=("test", "valid"), default="test")
     p.add_argument("--beam", type=positive, default=decoding.BEAM, metavar="N",
                    help=f"beam size (default {decoding.BEAM})")
@@ -76,6 +78,11 @@ def parse(argv=None):
     args = p.parse_args(argv)
     if args.checkpoints is None and args.checkpoint is None:
         p.error("--checkpoints DIR (or --checkpoint FILE) is required")
+    if args.checkpoint is not None and (args.checkpoints is not None or args.last is not None):
+        p.error("--checkpoint FILE evaluates one checkpoint; --checkpoints DIR and --last N choose an average: "
+                "give one or the other")
+    if args.cpu and args.fp16:
+        p.error("--fp16 decodes on a GPU; leave out --cpu, or --fp16")
     return args
 
 
@@ -87,18 +94,27 @@ def run_identity(folder: Path) -> dict:
     return dict(line.split("=", 1) for line in env.read_text(encoding="utf-8").split("\n") if "=" in line)
 
 
-def too_long_lines(bpe_file: Path, checkpoint: Path):
-    """(line numbers of ``bpe_file`` longer than the model's source positions, the limit)."""
+def model_settings(checkpoint: Path) -> dict:
+    """The checkpoint's own model settings (arch, max_source_positions, ...), read with
+    fairseq's loader; a file it cannot read is named."""
     from fairseq import checkpoint_utils
 
     import fairseq_csan  # noqa: F401  (our architectures and the fixes that let checkpoints load)
 
-    cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"]["model"]
-    limit = getattr(cfg, "max_source_positions", None) if not isinstance(cfg, dict) else cfg.get("max_source_positions")
+    try:
+        cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"]["model"]
+    except Exception as error:  # a damaged or foreign file: name it, whatever torch raised
+        die(f"cannot read the checkpoint {checkpoint} (damaged or not a fairseq checkpoint: "
+            f"{(str(error).strip().splitlines() or [type(error).__name__])[0]})")
+    return dict(cfg) if isinstance(cfg, dict) else dict(vars(cfg)) if not hasattr(cfg, "items") else dict(cfg.items())
+
+
+def too_long_lines(bpe_file: Path, limit):
+    """Line numbers of ``bpe_file`` longer than ``limit`` source positions."""
     if not limit:
-        return [], None
+        return []
     with open(bpe_file, "rb") as f:  # each line gets an end-of-sentence token
-        return [n for n, line in enumerate(f, 1) if len(line.split()) + 1 > limit], limit
+        return [n for n, line in enumerate(f, 1) if len(line.split()) + 1 > limit]
 
 
 def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> None:
@@ -147,7 +163,15 @@ def main(argv=None) -> None:
             die(f"no {what} {path}: prepare {args.data} again with examples/{task.task}/prepare.sh")
     if args.baseline and not (args.baseline / "hyp.tok").is_file():
         die(f"--baseline {args.baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
-    run = run_identity(args.checkpoints) if args.checkpoints else {}
+    out = args.out
+    try:  # nothing this command reads may lie where it writes
+        refuse_overlaps({"--out": out}, {"--data": args.data, "--checkpoints": args.checkpoints,
+                                         "--checkpoint": args.checkpoint, "--baseline": args.baseline})
+    except Refusal as e:
+        die(str(e))
+    # the run the checkpoints come from: their save folder's run.env (and train.log)
+    run_folder = args.checkpoints or (args.checkpoint.parent if args.checkpoint else None)
+    run = run_identity(run_folder) if run_folder else {}
     size = run.get("size", "base")
     last = args.last or (20 if size == "big" else 5)
 
@@ -161,23 +185,38 @@ def main(argv=None) -> None:
         except SystemExit as e:
             die(f"cannot choose the last {last} checkpoints of {args.checkpoints} ({e}); "
                 "--last N averages fewer, --checkpoint FILE takes one")
+    model_cfg = model_settings(inputs[-1])
+    arch = model_cfg.get("arch") or model_cfg.get("_name")
+    if run.get("arch") and arch and run["arch"] != arch:
+        if args.checkpoints:
+            die(f"{inputs[-1]} is a {arch} checkpoint, but {run_folder}/run.env says the run trained {run['arch']}: "
+                "it does not belong to this run")
+        run = {}  # a checkpoint copied into another run's folder: that run's log is not its own
     bpe_source = task.root / "bpe" / f"{args.subset}.{src}"
     if bpe_source.is_file():  # a line the model cannot take would stop fairseq-generate midway
-        long_lines, limit = too_long_lines(bpe_source, inputs[-1])
+        limit = model_cfg.get("max_source_positions")
+        long_lines = too_long_lines(bpe_source, limit)
         if long_lines:
             shown = ", ".join(map(str, long_lines[:10])) + (" ..." if len(long_lines) > 10 else "")
             die(f"{len(long_lines)} {args.subset} sentence(s) of {bpe_source} are longer than the model's "
                 f"{limit} source positions (subword tokens + 1): line(s) {shown}. Remove or split them in "
                 f"{task.raw(args.subset, src)} and its reference, and prepare again")
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    env = out / "evaluation.env"
+    if not env.is_file():  # not an evaluation folder (yet): nothing of another's may be replaced
+        theirs = [out / name for name in OUTPUTS if (out / name).exists()]
+        if theirs:
+            die(f"{out} holds files that evaluate did not write ({listing(theirs)}): they would be replaced; "
+                "give another --out (nothing was changed)")
+    try:
+        lock = WriterLock(out, folder=True, what="evaluate.sh").acquire()  # noqa: F841  (held to the end)
+    except Refusal as e:
+        die(str(e))
     hw = (["--cpu"] if args.cpu else []) + (["--fp16"] if args.fp16 else [])
     # what this evaluation is of: the checkpoint files and the settings (their content is the
     # steps' business: a changed checkpoint or test set redoes the steps after it)
     identity = "".join(f"checkpoint={p.resolve()}\n" for p in inputs) + (
         f"averaged={'no' if args.checkpoint else 'yes'}\nsubset={args.subset}\nbeam={args.beam}\n"
         f"lenpen={args.lenpen:g}\nbatch_size={args.batch_size}\ndecoding={' '.join(hw) or 'gpu fp32'}\n")
-    env = out / "evaluation.env"
     if env.is_file() and env.read_text(encoding="utf-8") != identity:
         if not args.force:
             die(f"{out} holds an evaluation of other checkpoints or settings (see {env}); use --force to redo it, "
@@ -218,14 +257,14 @@ def main(argv=None) -> None:
 
     score_args = ["score", "--generate-log", str(gen), "--decode-log", str(out / "generate.log"),
                   "--ref-tok", str(refs["tokenised reference"]), "--ref-raw", str(refs["raw reference"]),
-                  "--lang", tgt, "--out", str(out), "--name", args.name or run.get("arch") or out.name,
+                  "--lang", tgt, "--out", str(out), "--name", args.name or arch or out.name,
                   "--task", task.task, "--bootstrap-samples", str(args.bootstrap_samples)]
-    if run.get("arch"):
-        score_args += ["--arch", run["arch"]]
+    if arch:  # what the checkpoint itself says
+        score_args += ["--arch", arch]
     if tgt == "de":
         score_args.append("--compound-split")
-    if args.checkpoints and (args.checkpoints / "train.log").is_file():
-        score_args += ["--train-log", str(args.checkpoints / "train.log")]
+    if run and (run_folder / "train.log").is_file():  # the training of the checkpoints evaluated
+        score_args += ["--train-log", str(run_folder / "train.log")]
     if args.baseline:
         score_args += ["--baseline", str(args.baseline)]
     score.main(score_args)

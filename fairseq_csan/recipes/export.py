@@ -15,7 +15,12 @@ decoding settings (decoding.py: beam 4, length penalty 0.6, output length <= sou
     print(model.translate("A man is riding a bicycle."))
 
 gives the recipe's translation (what evaluate.sh writes to hyp.detok) with no other argument.
-An existing FOLDER with other contents is kept unless --force; the same export again is a no-op.
+export.json records the SHA-256 of every file of the folder; translate.py and
+``from_pretrained`` (with the plugin imported) check them, and name a file that differs.
+An existing FOLDER that export wrote, holding another model, is replaced only with --force; the
+same export again is a no-op. A FOLDER that export did not write (a checkpoint or evaluation
+folder, anything else) is never replaced, and an --out that holds or lies inside the checkpoint
+or the task folder is refused.
 """
 
 import argparse
@@ -28,6 +33,7 @@ import sys
 from pathlib import Path
 
 from . import decoding
+from .ownership import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
 from .task import NotATask, PreparedTask
 
 TOKENIZER = "csan_recipe"
@@ -103,8 +109,18 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
         shutil.copyfile(task.data_bin / f"dict.{lang}.txt", folder / f"dict.{lang}.txt")
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")
     about = {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
-             "tokenizer": TOKENIZER, "bpe": "subword_nmt", **decoding.generation_overrides()}
+             "tokenizer": TOKENIZER, "bpe": "subword_nmt", **decoding.generation_overrides(),
+             "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}}
     (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
+
+
+def written_by_export(folder: Path) -> bool:
+    """Whether ``folder`` is a model folder this command wrote: export.json, and no file that
+    export does not write."""
+    if not (folder / "export.json").is_file():
+        return False
+    return not [p for p in folder.iterdir() if not (p.name in ("model.pt", "bpecodes", "export.json")
+                                                    or (p.name.startswith("dict.") and p.name.endswith(".txt")))]
 
 
 def same_folder(a: Path, b: Path) -> bool:
@@ -130,8 +146,27 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
         raise ExportError(f"{out} exists and is not a folder")
     if out.resolve() == task.root.resolve() or task.root.resolve() in out.resolve().parents:
         raise ExportError(f"{out} is inside the task folder {data}; give a folder elsewhere")
+    try:
+        refuse_overlaps({"--out": out}, {"--data": data, "--checkpoint": checkpoint})
+    except Refusal as error:
+        raise ExportError(str(error)) from None
+    if out.is_dir() and any(out.iterdir()) and not written_by_export(out):
+        theirs = foreign_files(out, [])
+        raise ExportError(f"{out} is not a model folder that export wrote (it holds {listing(theirs)}); "
+                          "give another --out (nothing was changed)")
     check_languages(task)
     out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = WriterLock(out, folder=False, what="export").acquire()
+    except Refusal as error:
+        raise ExportError(str(error)) from None
+    try:
+        return replace_folder(task, checkpoint, out, force)
+    finally:
+        lock.release()
+
+
+def replace_folder(task: PreparedTask, checkpoint: Path, out: Path, force: bool) -> str:
     new = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir()
@@ -142,7 +177,7 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
                 shutil.rmtree(new)
                 return "unchanged"
             if not force:
-                raise ExportError(f"{out} holds another model folder (or other files); pass --force to replace it, "
+                raise ExportError(f"{out} holds another model folder that export wrote; pass --force to replace it, "
                                   "or give another --out")
             old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -167,7 +202,7 @@ def main(argv=None):
     p.add_argument("--checkpoint", required=True, type=Path,
                    help="the checkpoint: evaluate.sh's averaged.pt, or checkpoint_best.pt")
     p.add_argument("--out", required=True, type=Path, help="the model folder to write")
-    p.add_argument("--force", action="store_true", help="replace an existing, different --out")
+    p.add_argument("--force", action="store_true", help="replace an existing, different model folder that export wrote")
     args = p.parse_args(argv)
     try:
         how = export(args.data, args.checkpoint, args.out, args.force)

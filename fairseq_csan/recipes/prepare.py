@@ -7,14 +7,18 @@ rerun skips what is current and redoes, saying why, what was made from other inp
 
   1 gather   raw corpora -> OUT/raw/{train,valid,test}.{SRC,TGT}           (corpora.py)
   2 tokenise Moses (en, de), jieba (zh), MeCab (ja) -> OUT/tok/            (text.py)
-  3 clean    training pairs: empty, > --clean-max-len tokens, ratio > --clean-ratio
+  3 clean    training pairs: empty, > --clean-max-len tokens, ratio > --clean-ratio, a token
+             over 100 characters (text.MAX_TOKEN_CHARS; the log counts them)
   4 BPE      subword-nmt learn-bpe -> OUT/bpe/codes (joint) or codes.LANG
   5 BPE      subword-nmt apply-bpe to train, valid and test -> OUT/bpe/
   6 binarise fairseq-preprocess -> OUT/data-bin
 
 The task's settings are kept in OUT/recipe.env (task.py); a rerun with other settings into the
-same OUT is refused unless --force, which deletes every output of this command (never the
-downloads) first.
+same OUT is refused unless --force, which deletes what this command wrote there (raw/, tok/,
+bpe/, data-bin/, .steps/; never the downloads) first. Before anything is touched: a raw corpus
+that lies where this command writes is refused (a rerun would remove it before reading it), so
+are files of others in those folders under --force, and so is a second prepare into the same OUT
+while one runs (OUT/.lock; ownership.py).
 """
 
 from __future__ import annotations
@@ -27,13 +31,26 @@ import time
 from pathlib import Path
 
 from . import corpora, text
+from .ownership import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
 from .steps import Step, call, make, run
 from .task import NotATask, PreparedTask
 
 SPLITS = ("train", "valid", "test")
+OWNED_FOLDERS = ("raw", "tok", "bpe", "data-bin", ".steps")  # what prepare writes in OUT, besides two files
 
 
 TOKENIZER_PACKAGE = {"zh": "jieba", "ja": "fugashi"}  # the rest: sacremoses (text.py)
+
+
+def owned_files(out: Path, src: str, tgt: str):
+    """Every path that prepare writes in ``out`` (the layout of task.py; a folder: all of it)."""
+    files = [out / name for name in ("recipe.env", "tools.txt", ".steps", "data-bin", "data-bin.tmp")]
+    for split in SPLITS:
+        for lang in (src, tgt):
+            files += [out / sub / f"{split}.{lang}" for sub in ("raw", "tok", "bpe")]
+    files += [out / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
+    files += [out / "bpe" / name for name in ("codes", f"codes.{src}", f"codes.{tgt}")]
+    return files
 
 
 def parse(argv=None):
@@ -60,7 +77,8 @@ def parse(argv=None):
                    help="processes for tokenisation, BPE and binarisation (default: all cores)")
     p.add_argument("--no-download", action="store_true", help="never download; stop with a message when a corpus is missing")
     p.add_argument("--force", action="store_true",
-                   help="delete this command's outputs in OUT (not the downloads) and redo every step")
+                   help="delete what this command wrote in OUT (not the downloads) and redo every step; refused "
+                        "when those folders hold files it did not write")
     p.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
     args = p.parse_args(argv)
     for name in ("merges", "workers"):
@@ -104,9 +122,34 @@ def main(argv=None) -> None:
 
     settings = {"task": name, "src": src, "tgt": tgt, "merges": merges, "joint_bpe": args.joint_bpe,
                 "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}"}
+    owned = {sub: out / sub for sub in OWNED_FOLDERS}
+    # the raw corpora are inputs: none of them may lie where this command writes (a rerun would
+    # remove them before reading them)
+    try:
+        refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, {"--raw-dir": raw})
+        lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()
+    except Refusal as e:
+        die(str(e))
+
+    # 1 gather: find (or download) every corpus first, then check the files found
+    try:
+        located = {split: corpora.locate_split(name, split, raw, allow_download=not args.no_download)
+                   for split in SPLITS}
+    except corpora.Missing as e:
+        die(str(e))
+    inputs = {f"the {split} corpus": f for split in SPLITS for _, files in located[split] for f in files.values()}
+    try:
+        refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
+    except Refusal as e:
+        die(str(e))
+    foreign = [f for f in foreign_files(out, owned_files(out, src, tgt))
+               if f.relative_to(out).parts[0] in OWNED_FOLDERS]
+    if foreign and (args.force or not (out / "recipe.env").is_file()):
+        die(f"{out} holds files that prepare did not write, in the folders it writes ({listing(foreign)}); "
+            "move them out of the way (nothing was changed)")
     if args.force and out.exists():
-        log(f"--force: removing {out}/raw, tok, bpe, data-bin and .steps")
-        for sub in ("raw", "tok", "bpe", "data-bin", "data-bin.tmp", ".steps"):
+        log(f"--force: removing what prepare wrote in {out} (raw, tok, bpe, data-bin, .steps; never the downloads)")
+        for sub in OWNED_FOLDERS + ("data-bin.tmp",):
             shutil.rmtree(out / sub, ignore_errors=True)
     try:
         task = PreparedTask.create(out, settings, force=args.force)
@@ -119,14 +162,13 @@ def main(argv=None) -> None:
     def step(label, short, step_name, inputs, outputs, action, **settings_):
         return make(Step(stamps, step_name, inputs, outputs, settings_), action, prefix=prefix, what=label, short=short)
 
-    # 1 gather
     try:
         for split in SPLITS:
-            located = corpora.locate_split(name, split, raw, allow_download=not args.no_download)
-            inputs = [f for _, files in located for f in files.values()]
-            step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}", inputs, [task.raw(split, src), task.raw(split, tgt)],
-                 lambda temps, located=located, split=split: corpora.write_split(
-                     name, split, located, {src: temps[0], tgt: temps[1]}),
+            split_inputs = [f for _, files in located[split] for f in files.values()]
+            step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}", split_inputs,
+                 [task.raw(split, src), task.raw(split, tgt)],
+                 lambda temps, split=split: corpora.write_split(name, split, located[split],
+                                                                {src: temps[0], tgt: temps[1]}),
                  task=name)
     except corpora.Missing as e:
         die(str(e))
@@ -141,11 +183,12 @@ def main(argv=None) -> None:
 
     # 3 clean the training pairs
     clean = [task.root / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
-    step(f"3/6 clean training pairs (1..{args.clean_max_len} tokens, ratio <= {args.clean_ratio:g})", "3/6 clean", "clean",
+    step(f"3/6 clean training pairs (1..{args.clean_max_len} tokens, ratio <= {args.clean_ratio:g}, tokens of "
+         f"<= {text.MAX_TOKEN_CHARS} characters)", "3/6 clean", "clean",
          [task.tok("train", src), task.tok("train", tgt)], clean,
          lambda temps: text.clean_pair(task.tok("train", src), task.tok("train", tgt), temps[0], temps[1],
                                        args.clean_max_len, args.clean_ratio),
-         max_len=args.clean_max_len, ratio=args.clean_ratio)
+         max_len=args.clean_max_len, ratio=args.clean_ratio, max_token_chars=text.MAX_TOKEN_CHARS)
 
     # 4 learn BPE: one joint model, or one per language
     bpe_version = tools.get("subword-nmt")

@@ -184,10 +184,15 @@ def shell_words(argv: Sequence) -> str:
 def die_with_parent() -> None:
     """In a child process (subprocess's preexec_fn): be killed when the recipe's process dies,
     even by SIGKILL, so that no orphaned command goes on writing a step's temporary files while
-    a rerun writes them anew. Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing."""
+    a rerun writes them anew (Linux only: prctl PR_SET_PDEATHSIG); and start with the default
+    action for SIGINT, SIGTERM, SIGHUP and SIGQUIT, whatever the caller ignored (a script's
+    background job ignores SIGINT and SIGQUIT)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG

@@ -185,18 +185,27 @@ def _aligned(a, b):
         yield x, y
 
 
-def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5):
+MAX_TOKEN_CHARS = 100  # longer tokens (a URL, a run of symbols, a line without spaces) drop their pair
+
+
+def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_token_chars=MAX_TOKEN_CHARS):
     """Drop pairs with an empty side, a side over ``max_len`` tokens, or a token-length ratio
-    over ``ratio`` (either way), as Moses' clean-corpus-n.perl does."""
-    kept = dropped = 0
+    over ``ratio`` (either way), as Moses' clean-corpus-n.perl does; and pairs with a token of
+    more than ``max_token_chars`` characters, which BPE would learn merges from as if it were
+    a frequent word (one 100,000-character line reshapes thousands of merges)."""
+    kept = dropped = long_tokens = 0
     parts = [Path(str(p) + ".tmp") for p in (src_out, tgt_out)]
     try:
         with open(src_in, encoding="utf-8") as fs, open(tgt_in, encoding="utf-8") as ft, \
                 open(parts[0], "w", encoding="utf-8", newline="\n") as os_, \
                 open(parts[1], "w", encoding="utf-8", newline="\n") as ot:
             for number, (s, t) in enumerate(_aligned(fs, ft), 1):
-                ls, lt = len(s.split()), len(t.split())
-                if 0 < ls <= max_len and 0 < lt <= max_len and max(ls, lt) <= ratio * min(ls, lt):
+                ws, wt = s.split(), t.split()
+                ls, lt = len(ws), len(wt)
+                if max(map(len, ws + wt), default=0) > max_token_chars:
+                    long_tokens += 1
+                    dropped += 1
+                elif 0 < ls <= max_len and 0 < lt <= max_len and max(ls, lt) <= ratio * min(ls, lt):
                     os_.write(s)
                     ot.write(t)
                     kept += 1
@@ -217,7 +226,8 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5):
     os.replace(parts[0], src_out)
     os.replace(parts[1], tgt_out)
     print(f"[clean] kept {kept:,} pairs, dropped {dropped:,} (empty, over {max_len} tokens, "
-          f"or length ratio over {ratio})", file=sys.stderr)
+          f"length ratio over {ratio}, or a token over {max_token_chars} characters: {long_tokens:,})",
+          file=sys.stderr)
     return kept, dropped
 
 
@@ -250,6 +260,7 @@ def main(argv=None):
         cl.add_argument(name, type=Path, required=True)
     cl.add_argument("--max-len", type=int, default=250)
     cl.add_argument("--ratio", type=float, default=1.5)
+    cl.add_argument("--max-token-chars", type=int, default=MAX_TOKEN_CHARS)
     sub.add_parser("versions")
     args = parser.parse_args(argv)
     if args.command == "tokenize":
@@ -259,7 +270,7 @@ def main(argv=None):
     elif args.command == "detokenize":
         detokenize_file(args.lang, args.input, args.output)
     elif args.command == "clean":
-        clean_pair(args.src_in, args.tgt_in, args.src_out, args.tgt_out, args.max_len, args.ratio)
+        clean_pair(args.src_in, args.tgt_in, args.src_out, args.tgt_out, args.max_len, args.ratio, args.max_token_chars)
     else:
         for name, ver in versions().items():
             print(f"{name}\t{ver}")

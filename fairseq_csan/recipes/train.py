@@ -52,7 +52,8 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
                     DIR/checkpoint_last.pt when started again with the same arguments (a
                     checkpoint_last.pt cut short by a kill is replaced by the newest intact
                     checkpoint); one training at a time per folder (DIR/train.lock)
-  --size base|big   hyper-parameter set (default: big for *_big architectures, else base)
+  --size base|big   hyper-parameter set (default: big for *_big architectures, else base;
+                    not with --cpu-tiny)
   --hparams FILE    the hyper-parameters (default: the kit's hparams.json, the papers' setup)
   --gpus N          GPUs on each machine (default: all visible). --update-freq is 8/(K x N)
                     on K machines, so every update sees 8 x 4096 tokens, as on the papers'
@@ -66,11 +67,13 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
                     fairseq reads SLURM's variables)
   --node-rank R     this machine's rank, 0 to K-1 (torchrun, K > 1)
   --master-addr H   the rank-0 machine's address (torchrun, K > 1)
-  --port P          the rank-0 machine's rendezvous port (default 29500)
+  --port P          the rank-0 machine's rendezvous port (default 29500; only with --nodes
+                    K > 1 or --launcher slurm)
   --precision P     fp16 (default), bf16 or fp32
   --share S         embedding sharing: auto (default: all with one joined dictionary, as
                     Vaswani et al.; decoder input/output with two), all, decoder or none
-  --max-tokens N    tokens per GPU per step (default 4096)
+  --max-tokens N    tokens per GPU per step (default 4096; with --cpu-tiny hparams.json's
+                    cpu_tiny value)
   --max-update N    training updates (default: 100000 base, 300000 big)
   --seed N          random seed (default 1)
   --tensorboard DIR TensorBoard event files in DIR (fairseq's --tensorboard-logdir; needs the
@@ -97,7 +100,7 @@ VALUED = {
     "--wandb": ("wandb", "a project name"),
 }
 DEFAULTS = dict(data="", arch="", save="", size="", hparams=str(HPARAMS), gpus="", cpu_procs="", nodes="1",
-                launcher="", node_rank="", master_addr="", port="29500", precision="", max_tokens="4096",
+                launcher="", node_rank="", master_addr="", port="", precision="", max_tokens="",
                 max_update="", seed="1", share="auto", tensorboard="", wandb="", dry_run=False, tiny=False, extra=[])
 
 
@@ -205,7 +208,10 @@ def build(opts: dict) -> dict:
         raise Refused("--arch is required")
     if not o["save"]:
         raise Refused("--save-dir is required")
-    max_tokens, seed = whole("max-tokens", o["max_tokens"]), whole("seed", o["seed"])
+    given_tokens = whole("max-tokens", o["max_tokens"]) if o["max_tokens"] else None
+    max_tokens, seed = given_tokens or 4096, whole("seed", o["seed"])
+    if given_tokens is not None and given_tokens < 1:
+        raise Refused(f"--max-tokens must be 1 or more, got {given_tokens}")
     max_update = whole("max-update", o["max_update"]) if o["max_update"] else None
     gpus = whole("gpus", o["gpus"]) if o["gpus"] else None
     given_precision = o["precision"]
@@ -214,7 +220,7 @@ def build(opts: dict) -> dict:
         raise Refused(f"--precision must be fp16, bf16 or fp32, got '{precision}'")
 
     # data parallelism: processes per machine, machines, and what starts the processes
-    nodes, port = whole("nodes", o["nodes"]), whole("port", o["port"])
+    nodes, port = whole("nodes", o["nodes"]), whole("port", o["port"] or "29500")
     cpu_procs = whole("cpu-processes", o["cpu_procs"]) if o["cpu_procs"] else None
     node_rank = whole("node-rank", o["node_rank"]) if o["node_rank"] else None
     master_addr, launcher, tiny = o["master_addr"], o["launcher"], o["tiny"]
@@ -241,6 +247,14 @@ def build(opts: dict) -> dict:
                       "(run it under srun, one task per machine, if you must)")
     if tiny and not cpu_procs and launcher:
         raise Refused("--cpu-tiny alone is one CPU process; add --cpu-processes N for several (--nodes, --launcher)")
+    if tiny and gpus is not None:
+        raise Refused("--gpus is for GPU runs; --cpu-tiny runs on the CPU (--cpu-processes N for several processes)")
+    if tiny and o["size"]:
+        raise Refused("--size picks the base or big model; --cpu-tiny trains its own tiny one (hparams.json's "
+                      "cpu_tiny): leave out one of them")
+    if o["port"] and not (launcher == "slurm" or (launcher == "torchrun" and nodes > 1)):
+        raise Refused("--port is the rendezvous port of several machines (--nodes K > 1 with torchrun, or "
+                      "--launcher slurm); one machine needs none")
     if cpu_procs:
         if given_precision == "fp16":
             raise Refused("--precision fp16 needs a GPU; --cpu-processes takes fp32 (default) or bf16")
@@ -280,7 +294,8 @@ def build(opts: dict) -> dict:
         elif given_precision == "fp16":
             raise Refused("--precision fp16 needs a GPU; --cpu-tiny takes fp32 (default) or bf16")
         model = [w for k, v in small["model"].items() for w in (f"--{k.replace('_', '-')}", str(v))]
-        max_tokens, warmup, lr, log_every = small["max_tokens"], small["warmup_updates"], small["lr"], small["log_interval"]
+        max_tokens = given_tokens or small["max_tokens"]
+        warmup, lr, log_every = small["warmup_updates"], small["lr"], small["log_interval"]
         # never 1: a rerun of a finished run takes one more update, which must not add a checkpoint
         save_every = max(max_update // small["checkpoints"], 2)
     else:
@@ -532,6 +547,19 @@ def run(plan: dict) -> int:
     log(shell_words(cmd))
     log(f"log: {plan['log']} (the 'ups' column is training steps/s, the papers' Speed)")
 
+    # SIGTERM, SIGINT and SIGHUP are caught here before the trainer starts: a caught signal is
+    # the default again in the trainer (exec resets it), even where the caller ignored it (a
+    # script's background job ignores SIGINT), so the trainer stops when it is passed on
+    received, trainer = [], None
+
+    def pass_on(signum, _frame):
+        received.append(signum)
+        if trainer is not None:
+            log(f"{signal.Signals(signum).name}: passed on to the trainer (pid {trainer.pid}); waiting for it to stop")
+            trainer.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, pass_on)
     # the trainer writes the log itself (it goes on if this process is killed) and inherits the
     # lock; this process shows the log as it grows
     with open(plan["log"], "ab") as out:
@@ -539,15 +567,8 @@ def run(plan: dict) -> int:
         trainer = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    pass_fds=(lock,))
     note_holder(lock, trainer.pid)
-    received = []
-
-    def pass_on(signum, _frame):
-        received.append(signum)
-        log(f"{signal.Signals(signum).name}: stopping the trainer (pid {trainer.pid})")
-        trainer.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, pass_on)
+    if received:  # a signal before the trainer existed
+        trainer.send_signal(received[0])
     with open(plan["log"], "rb") as shown:
         shown.seek(start)
         while True:
@@ -561,6 +582,7 @@ def run(plan: dict) -> int:
             time.sleep(0.2)
     print(summary(plan["log"]), file=sys.stderr, flush=True)
     if received:
+        log(f"the trainer (pid {trainer.pid}) stopped after {signal.Signals(received[0]).name}")
         return 128 + received[0]
     return trainer.returncode if trainer.returncode >= 0 else 128 - trainer.returncode
 

@@ -24,6 +24,8 @@ test.en.de) gets one translation a line, in input order, always as many lines as
 empty line gets an empty translation, and a line longer than the model's source positions is
 translated in pieces cut between words (the line number is reported). OUT.tok gets the
 tokenised translations. Nothing is overwritten without --force, and nothing is written inside --data.
+OUT is checked writable, and locked (.OUT.lock beside it: a second translate.py into the same
+OUT is refused, naming the first), before the model is loaded.
 
 On a prepared task's test set it gives what evaluate.sh writes to hyp.detok and hyp.tok when
 both decode it in the same batches (tests/test_translate.py): fairseq caps each output at
@@ -66,7 +68,12 @@ def load(args):
     from .task import NotATask, PreparedTask
 
     if args.model:
-        hub = TransformerModel.from_pretrained(str(args.model))
+        from fairseq_csan.model_folder import DamagedModelFolder
+
+        try:
+            hub = TransformerModel.from_pretrained(str(args.model))
+        except DamagedModelFolder as error:
+            raise SystemExit(f"translate: {error}")
     else:
         try:
             task = PreparedTask.open(args.data)
@@ -75,7 +82,13 @@ def load(args):
         codes = task.codes(task.src)
         if not codes.is_file():
             raise SystemExit(f"translate: no BPE codes {codes} (prepare {args.data} again with examples/*/prepare.sh)")
+        from .export import ExportError, check_dictionaries, load_state
+
         overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
+        try:  # a checkpoint of another task is named before fairseq's size-mismatch traceback
+            check_dictionaries(load_state(args.checkpoint, overrides), task, args.checkpoint)
+        except ExportError as error:
+            raise SystemExit(f"translate: {error}")
         models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task([str(args.checkpoint)],
                                                                                  arg_overrides=overrides)
         hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
@@ -146,10 +159,15 @@ def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float 
 
 
 def write_atomically(path: Path, lines) -> None:
-    part = path.with_name(path.name + ".tmp")
-    with open(part, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(line + "\n" for line in lines)
-    os.replace(part, path)
+    from .ownership import unique_temporary
+
+    part = unique_temporary(path)
+    try:
+        with open(part, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(line + "\n" for line in lines)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def main(argv=None):
@@ -196,9 +214,14 @@ def main(argv=None):
     if args.fp16 and args.cpu:
         parser.error("--fp16 decodes on a GPU; leave out --cpu, or --fp16")
 
+    from .ownership import Refusal, WriterLock, check_writable
+
     def outputs(output):
         if not stdin and output.resolve() == args.input.resolve():
             parser.error(f"--output {output} is the input; give another --output")
+        for source, flag in ((args.model, "--model"), (args.checkpoint, "--checkpoint")):
+            if source is not None and (output.resolve() == source.resolve() or source.resolve() in output.resolve().parents):
+                parser.error(f"--output {output} is or lies inside {flag} {source}; give an --output elsewhere")
         if args.data and args.data.resolve() in output.resolve().parents:
             parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
                          "(its references among them); give an --output elsewhere")
@@ -206,10 +229,26 @@ def main(argv=None):
         existing = [str(p) for p in (output, tok_output) if p.exists()]
         if existing and not args.force:
             parser.error(f"{', '.join(existing)} exist; pass --force to overwrite")
+        try:
+            for path in (output, tok_output):
+                check_writable(path, "--output")
+        except Refusal as error:
+            parser.error(str(error))
         return output, tok_output
 
+    def lock(output):
+        """One translate.py at a time into ``output``; checked again under the lock."""
+        try:
+            held = WriterLock(output, folder=False, what="translate.py").acquire()
+        except Refusal as error:
+            parser.error(str(error))
+        outputs(output)  # another run may have written it while this one waited for nothing
+        return held
+
+    held = None
     if args.output:  # before the slow work (the default name waits for the model's target language)
         outputs(args.output)
+        held = lock(args.output)
 
     from .text import TextError, read_lines
 
@@ -222,6 +261,7 @@ def main(argv=None):
     hub = load(args)
     src, tgt = hub.cfg.task.source_lang, hub.cfg.task.target_lang
     output, tok_output = outputs(args.output or args.input.with_name(f"{args.input.name}.{tgt}"))
+    held = held or lock(output)
 
     print(f"[translate] {len(lines)} lines of {args.input} ({src} -> {tgt}) with {args.model or args.checkpoint}: "
           f"beam {args.beam}, length penalty {args.lenpen:g}", file=sys.stderr)
@@ -229,6 +269,7 @@ def main(argv=None):
     output.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(tok_output, tokenised)
     write_atomically(output, detokenised)
+    held.release()
     print(f"[translate] done: {output} ({tgt}, detokenised) and {tok_output} (tokenised)", file=sys.stderr)
 
 

@@ -1,0 +1,82 @@
+"""Sealed model folders: a folder that ``fairseq_csan.recipes.export`` wrote is checked before
+fairseq loads it.
+
+export.json lists the SHA-256 of every file of the folder (model.pt, the dictionaries,
+bpecodes). With the plugin imported, fairseq's ``from_pretrained`` (``hub_utils.from_pretrained``,
+which ``TransformerModel.from_pretrained`` and translate.py call) checks them first, and stops
+with the name of a file that is missing or differs: a cut ``bpecodes`` or two swapped dictionary
+lines would otherwise translate wrongly with no error, and a missing ``bpecodes`` would make
+fairseq read one from the current folder (the exported configuration names it relatively).
+A folder is hashed once per process while its files are unchanged. Folders without
+export.json (fairseq's published models, anyone else's) load as before.
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from fairseq import hub_utils
+
+_checked = {}  # folder -> the files' identities when they were last found intact
+
+
+class DamagedModelFolder(ValueError):
+    pass
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(folder) -> None:
+    """Raise DamagedModelFolder, naming the file, unless every file that ``folder/export.json``
+    lists is there with its recorded hash. A folder without export.json passes."""
+    folder = Path(folder)
+    record = folder / "export.json"
+    if not record.is_file():
+        return
+    try:
+        files = json.loads(record.read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError) as error:
+        raise DamagedModelFolder(f"model folder {folder}: {record} is not readable JSON ({error}); "
+                                 "export the model again") from None
+    if files is None:  # exported before the folder was sealed: only the files it must hold
+        for name in ("model.pt", "bpecodes"):
+            if not (folder / name).is_file():
+                raise DamagedModelFolder(f"model folder {folder}: {name} is missing; export the model again")
+        return
+    identities = {}
+    for name in files:
+        try:
+            st = (folder / name).stat()
+        except FileNotFoundError:
+            raise DamagedModelFolder(f"model folder {folder}: {name} is missing; export the model again") from None
+        identities[name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = os.path.realpath(folder)
+    if _checked.get(key) == identities:
+        return
+    for name, expected in files.items():
+        if _sha256(folder / name) != expected:
+            raise DamagedModelFolder(f"model folder {folder}: {name} is not the file that export wrote "
+                                     "(its SHA-256 differs from export.json's); export the model again")
+    _checked[key] = identities
+
+
+def _verifying(from_pretrained):
+    def wrapped(model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", archive_map=None, **kwargs):
+        if os.path.isdir(str(model_name_or_path)):
+            verify(model_name_or_path)
+        return from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, archive_map, **kwargs)
+
+    wrapped.__wrapped__ = from_pretrained
+    wrapped.__doc__ = from_pretrained.__doc__
+    return wrapped
+
+
+if not hasattr(hub_utils.from_pretrained, "__wrapped__"):
+    hub_utils.from_pretrained = _verifying(hub_utils.from_pretrained)
