@@ -75,3 +75,22 @@ def ende(tmp_path_factory):
     train_tiny(out, work / "ck_base", "transformer")
     train_tiny(out, work / "ck_csan", "transformer_csan2d")
     return {"work": work, "raw": raw, "out": out, "first": first, "wmt": wmt}
+
+
+@pytest.fixture(scope="session")
+def tree(ende, tmp_path_factory):
+    """The user's files: a prepared task, a checkpoint folder, its evaluation, and an exported
+    model folder (copies of the En-De recipe's, so nothing here touches the shared fixture)."""
+    import shutil
+    import sys
+
+    from recipe_helpers import run
+
+    root = tmp_path_factory.mktemp("owned")
+    shutil.copytree(ende["out"], root / "task")
+    shutil.copytree(ende["work"] / "ck_csan", root / "ck")
+    run(["bash", "scripts/evaluate.sh", "--data", root / "task", "--checkpoints", root / "ck", "--out", root / "ev",
+         "--last", 2, "--cpu", "--bootstrap-samples", 10])
+    run([sys.executable, "-m", "fairseq_csan.recipes.export", "--data", root / "task", "--checkpoint",
+         root / "ev/averaged.pt", "--out", root / "model"])
+    return root

@@ -293,7 +293,8 @@ def test_the_lock_outlives_a_killed_train_sh_and_sigterm_ends_the_trainer(data_b
         second.send_signal(signal.SIGTERM)
         _, err = second.communicate(timeout=120)
         assert second.returncode == 128 + signal.SIGTERM
-        assert f"SIGTERM: stopping the trainer (pid {trainer})" in err and "resuming from" in err
+        assert f"SIGTERM: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
+        assert f"the trainer (pid {trainer}) stopped after SIGTERM" in err and "resuming from" in err
         assert not alive(trainer)
         with open(save / "train.lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free
@@ -304,6 +305,39 @@ def test_the_lock_outlives_a_killed_train_sh_and_sigterm_ends_the_trainer(data_b
                     os.kill(p, signal.SIGKILL)
             elif p.poll() is None:
                 p.kill()
+
+
+@pytest.mark.slow
+def test_sigint_stops_the_trainer_when_the_caller_ignored_it(data_bin, tmp_path):
+    """train.sh started in the background of a script inherits "ignore SIGINT"; SIGINT to it
+    still stops the trainer (which starts with the default action), and only then does it say
+    that the trainer stopped."""
+    save = tmp_path / "ck"
+    script = tmp_path / "background.sh"
+    # a non-interactive shell's background job starts with SIGINT ignored
+    script.write_text(" ".join(f"'{w}'" for w in tiny(data_bin, save, 100000)) + " 2> " + str(tmp_path / "err") +
+                      " & echo $! > " + str(tmp_path / "pid") + "; wait $!; echo $? > " + str(tmp_path / "rc") + "\n")
+    shell = subprocess.Popen(["bash", str(script)], cwd=REPO, env=environment(), stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (save / "train.log").is_file() and "num_updates=2," in (save / "train.log").read_text(),
+                 240, "the first updates")
+        kit_pid, trainer = int((tmp_path / "pid").read_text()), trainer_pid(save)
+        trainer_ignores = int(re.search(r"SigIgn:\s*(\w+)", Path(f"/proc/{trainer}/status").read_text()).group(1), 16)
+        assert not trainer_ignores & (1 << (signal.SIGINT - 1)), "the trainer ignores SIGINT"
+        os.kill(kit_pid, signal.SIGINT)
+        shell.wait(timeout=60)
+        assert (tmp_path / "rc").read_text().strip() == str(128 + signal.SIGINT)
+        assert not alive(trainer)
+        err = (tmp_path / "err").read_text()
+        assert f"SIGINT: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
+        assert f"the trainer (pid {trainer}) stopped after SIGINT" in err
+        assert "num_updates=100000" not in (save / "train.log").read_text()
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        pid = trainer_pid(save) if (save / "train.lock").exists() else None
+        if pid and alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- the docs' training commands, as written
@@ -486,11 +520,28 @@ def test_separate_dictionaries_share_only_the_decoder_embeddings(fake_data):
     (["--gpus", "two"], "--gpus must be a whole number"),
     (["--fp16"], "unknown argument '--fp16' (fairseq-train arguments go after --)"),
     (["--cpu-tiny", "--precision", "fp16"], "--precision fp16 needs a GPU"),
+    # flags that would be accepted and ignored: refused, each with its reason
+    (["--cpu-tiny", "--gpus", "4"], "--gpus is for GPU runs; --cpu-tiny runs on the CPU"),
+    (["--cpu-tiny", "--size", "big"], "--size picks the base or big model; --cpu-tiny trains its own tiny one"),
+    (["--port", "1234"], "--port is the rendezvous port of several machines"),
+    (["--cpu-processes", "2", "--port", "1234"], "--port is the rendezvous port of several machines"),
+    (["--max-tokens", "0"], "--max-tokens must be 1 or more"),
 ])
 def test_train_script_bad_arguments(fake_data, args, message):
     done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer",
                 "--save-dir", "/ckpt", "--dry-run", *args], check=False)
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_max_tokens_takes_effect_with_cpu_tiny(fake_data):
+    """--max-tokens changes the tiny run's command (it was once replaced by the tiny default)."""
+    def tokens(*extra):
+        done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt",
+                    "--dry-run", "--cpu-tiny", *extra])
+        words = done.stdout.split()
+        return [words[i + 1] for i, w in enumerate(words) if w == "--max-tokens"]
+
+    assert tokens() == ["1024"] and tokens("--max-tokens", "2000") == ["2000"]
 
 
 def test_train_script_needs_prepared_data(tmp_path):

@@ -72,8 +72,8 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
   --precision P     fp16 (default), bf16 or fp32
   --share S         embedding sharing: auto (default: all with one joined dictionary, as
                     Vaswani et al.; decoder input/output with two), all, decoder or none
-  --max-tokens N    tokens per GPU per step (default 4096; with --cpu-tiny hparams.json's
-                    cpu_tiny value)
+  --max-tokens N    tokens per GPU per step (default: hparams.json's, 4096; with --cpu-tiny
+                    its cpu_tiny value, 1024)
   --max-update N    training updates (default: 100000 base, 300000 big)
   --seed N          random seed (default 1)
   --tensorboard DIR TensorBoard event files in DIR (fairseq's --tensorboard-logdir; needs the
@@ -209,7 +209,7 @@ def build(opts: dict) -> dict:
     if not o["save"]:
         raise Refused("--save-dir is required")
     given_tokens = whole("max-tokens", o["max_tokens"]) if o["max_tokens"] else None
-    max_tokens, seed = given_tokens or 4096, whole("seed", o["seed"])
+    seed = whole("seed", o["seed"])
     if given_tokens is not None and given_tokens < 1:
         raise Refused(f"--max-tokens must be 1 or more, got {given_tokens}")
     max_update = whole("max-update", o["max_update"]) if o["max_update"] else None
@@ -278,6 +278,7 @@ def build(opts: dict) -> dict:
 
     hp = read_hparams(o["hparams"])
     sized, common, small = hp["sizes"][size], hp["all_sizes"], hp["cpu_tiny"]
+    max_tokens = given_tokens or common["max_tokens"]
     warmup = sized["warmup_updates"]
     # eq. 3's peak learning rate, d_model^-0.5 * warmup^-0.5, reached at the end of the warm-up
     lr = f"{sized['d_model'] ** -0.5 * warmup ** -0.5:.3g}"

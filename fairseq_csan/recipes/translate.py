@@ -226,14 +226,15 @@ def main(argv=None):
             parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
                          "(its references among them); give an --output elsewhere")
         tok_output = output.with_name(output.name + ".tok")
-        existing = [str(p) for p in (output, tok_output) if p.exists()]
-        if existing and not args.force:
-            parser.error(f"{', '.join(existing)} exist; pass --force to overwrite")
         try:
             for path in (output, tok_output):
                 check_writable(path, "--output")
         except Refusal as error:
             parser.error(str(error))
+        existing = [str(p) for p in (output, tok_output) if p.exists()]
+        if existing and not args.force:
+            parser.error(f"{' and '.join(existing)} {'exists' if len(existing) == 1 else 'exist'}; "
+                         "pass --force to overwrite")
         return output, tok_output
 
     def lock(output):

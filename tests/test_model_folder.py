@@ -1,0 +1,55 @@
+"""fairseq_csan/model_folder.py: an exported model folder is sealed. export.json lists every
+file's hash; from_pretrained (with the plugin imported) and translate.py --model name a file
+that is missing or differs, where a damaged folder once translated wrongly with exit 0."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from recipe_helpers import lines, run, write
+
+FROM_PRETRAINED = ("import sys; import fairseq_csan; from fairseq.models.transformer import TransformerModel; "
+                   "print(TransformerModel.from_pretrained(sys.argv[1]).translate('A man is riding a bicycle.'))")
+
+
+def load(folder, cwd):
+    return subprocess.run([sys.executable, "-c", FROM_PRETRAINED, str(folder)], capture_output=True, text=True,
+                          cwd=cwd)
+
+
+def translate(folder, source, out):
+    return run([sys.executable, "-m", "fairseq_csan.recipes.translate", "--model", folder, "--input", source,
+                "--output", out, "--cpu"], check=False)
+
+
+@pytest.mark.slow
+def test_a_damaged_model_folder_is_named_not_translated(tree, tmp_path):
+    model, source = tree / "model", tree / "task/raw/test.en"
+    record = json.loads((model / "export.json").read_text())
+    assert sorted(record["files"]) == sorted(p.name for p in model.iterdir() if p.name != "export.json")
+    intact = load(model, tmp_path)
+    assert intact.returncode == 0 and intact.stdout.strip(), intact.stderr[-2000:]
+
+    def damaged(name, change):
+        copy = tmp_path / name
+        shutil.copytree(model, copy)
+        change(copy)
+        return copy
+
+    cut = damaged("cut", lambda f: write(f / "bpecodes", lines(f / "bpecodes")[:len(lines(f / "bpecodes")) // 2]))
+    swapped = damaged("swapped", lambda f: write(f / "dict.de.txt", [*reversed(lines(f / "dict.de.txt")[:2]),
+                                                                     *lines(f / "dict.de.txt")[2:]]))
+    missing = damaged("missing", lambda f: (f / "bpecodes").unlink())
+    shutil.copy(model / "bpecodes", tmp_path / "bpecodes")  # another bpecodes where fairseq once looked
+    for folder, name, message in ((cut, "bpecodes", "is not the file that export wrote"),
+                                  (swapped, "dict.de.txt", "is not the file that export wrote"),
+                                  (missing, "bpecodes", "is missing")):
+        done = load(folder, tmp_path)
+        assert done.returncode != 0 and f"model folder {folder}: {name} {message}" in done.stderr, done.stderr[-2000:]
+        out = tmp_path / f"{folder.name}.de"
+        done = translate(folder, source, out)
+        assert done.returncode != 0 and f"translate: model folder {folder}: {name} {message}" in done.stderr
+        assert "Traceback" not in done.stderr and not out.exists()

@@ -1,0 +1,287 @@
+"""fairseq_csan/recipes/ownership.py and the commands that follow it: an output never overlaps
+an input, one writer per output, only what a command wrote is replaced. Each case of the
+user's files that a command once deleted or mixed up, as its user would meet it; and a
+property test: no refused command, under any of these flags, changes a file it did not write."""
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, shared_corpus
+from recipe_helpers import lines, run, write
+
+from fairseq_csan.recipes import ownership
+from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
+from fairseq_csan.recipes.ownership import Refusal, WriterLock, foreign_files, overlap, refuse_overlaps
+
+
+def snapshot(*roots):
+    """Every file under ``roots``: its content hash and modification time."""
+    found = {}
+    for root in roots:
+        for path in sorted(Path(root).rglob("*")):
+            if path.is_file():
+                found[str(path)] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+    return found
+
+
+# ---------------------------------------------------------------- the rules, on their own
+
+def test_overlap_names_how_an_output_meets_an_input(tmp_path):
+    a = tmp_path / "a"
+    assert overlap(a, a) == "is"
+    assert overlap(a, a / "x.pt") == "holds"
+    assert overlap(a / "out", a) == "lies inside"
+    assert overlap(tmp_path / "b", a) is None
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    assert overlap(tmp_path / "link" / "f", tmp_path / "real" / "f") == "is"  # through a link too
+    with pytest.raises(Refusal, match=f"--out {a} holds --checkpoint {a / 'x.pt'}, which this command reads"):
+        refuse_overlaps({"--out": a}, {"--data": tmp_path / "task", "--checkpoint": a / "x.pt", "--other": None})
+
+
+def test_foreign_files_are_what_the_command_did_not_write(tmp_path):
+    write(tmp_path / "raw/train.en", ["a"])
+    write(tmp_path / "raw/train.en.tmp", ["half"])  # the temporary of an owned file is owned
+    write(tmp_path / "raw/notes.txt", ["mine"])
+    write(tmp_path / "data-bin/dict.en.txt", ["a 1"])
+    (tmp_path / ".lock").write_text("")
+    owned = [tmp_path / "raw/train.en", tmp_path / "data-bin"]
+    assert foreign_files(tmp_path, owned) == [tmp_path / "raw/notes.txt"]
+
+
+def hold_lock(target, folder):
+    """Another process holding the writer lock on ``target``, until it is killed."""
+    code = ("import sys, time; from fairseq_csan.recipes.ownership import WriterLock; "
+            f"WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); print('held', flush=True); "
+            "time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_writer_is_refused_naming_the_first(tmp_path):
+    out = tmp_path / "out"
+    holder = hold_lock(out, True)
+    try:
+        with pytest.raises(Refusal, match=f"{out} is being written by a test writer \\(pid {holder.pid} on "):
+            WriterLock(out, folder=True, what="me").acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # a killed holder's lock is free at once
+        holder.wait()
+    with WriterLock(out, folder=True, what="me") as lock:
+        assert f"me (pid {os.getpid()}" in lock.path.read_text()
+    assert not (out / ".lock").exists()  # removed by its holder
+    with WriterLock(tmp_path / "f.txt", folder=False, what="me") as lock:
+        assert lock.path == tmp_path / ".f.txt.lock"
+
+
+def test_an_output_that_cannot_be_written_is_refused(tmp_path):
+    with pytest.raises(Refusal, match="is a folder; give a file name"):
+        ownership.check_writable(tmp_path, "--output")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(Refusal, match="cannot make its folder"):
+        ownership.check_writable(tmp_path / "file" / "out.txt", "--output")
+
+
+# ---------------------------------------------------------------- prepare
+
+def multi30k_raw(folder, n_train=300):
+    m30k = shared_corpus("multi30k_en_de")
+    for name, size in (("train", n_train), ("val", 20), ("test_2016_flickr", 20)):
+        for lang in ("en", "de"):
+            write(folder / f"{name}.{lang}", lines(m30k / f"{name}.{lang}")[:size])
+    return folder
+
+
+def prepare(raw, out, *extra, check=False, background=False):
+    command = ["bash", "examples/multi30k/prepare.sh", "--raw-dir", raw, "--out", out, "--merges", 100,
+               "--workers", 1, "--no-download", *extra]
+    if background:
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+        return subprocess.Popen([str(c) for c in command], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+    return run(command, check=check)
+
+
+def test_prepare_refuses_raw_files_where_it_writes(tmp_path):
+    """Raw files kept in OUT/raw (the task folder's own layout) were deleted before being read."""
+    out = tmp_path / "task"
+    raw = multi30k_raw(out / "raw")
+    before = snapshot(tmp_path)
+    done = prepare(raw, out)
+    assert done.returncode == 2
+    assert f"error: --out {out}'s raw/ {out / 'raw'} is --raw-dir {raw}, which this command reads" in done.stderr
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_prepare_force_keeps_others_files_one_writer_and_long_tokens(tmp_path):
+    raw = multi30k_raw(tmp_path / "raw")
+    # a training line of one 100,000-character token: dropped and counted, not learnt by BPE
+    write(raw / "train.en", lines(raw / "train.en") + ["x" * 100_000])
+    write(raw / "train.de", lines(raw / "train.de") + ["ein Satz"])
+    out = tmp_path / "task"
+    # two prepare.sh into one --out at once: the second is refused, naming the first
+    first = prepare(raw, out, background=True)
+    deadline = time.time() + 120
+    while not (out / ".lock").exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    second = prepare(raw, out)
+    assert second.returncode == 2 and f"{out} is being written by prepare.sh (multi30k_en_de) (pid {first.pid}" \
+        in second.stderr, second.stderr
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert re.search(r"dropped \d+ \(empty, over 250 tokens, length ratio over 1.5, or a token over 100 "
+                     r"characters: 1\)", err), err
+    assert max(len(line) for line in lines(out / "bpe/codes")) < 1000
+    assert not (out / ".lock").exists()
+    # a file of the user's in a folder prepare writes: --force refuses, listing it, and changes nothing
+    write(out / "bpe/my_notes.txt", ["keep"])
+    before = snapshot(tmp_path)
+    done = prepare(raw, out, "--force")
+    assert done.returncode == 2 and f"holds files that prepare did not write, in the folders it writes " \
+        f"({out / 'bpe/my_notes.txt'})" in done.stderr
+    assert snapshot(tmp_path) == before
+    (out / "bpe/my_notes.txt").unlink()
+    codes = lines(out / "bpe/codes")
+    redone = prepare(raw, out, "--force", check=True)
+    assert "--force: removing what prepare wrote" in redone.stderr
+    assert lines(out / "bpe/codes") == codes
+
+
+# ---------------------------------------------------------------- a trained model's folders
+
+def kit(module, *args):
+    return run([sys.executable, "-m", f"fairseq_csan.recipes.{module}", *args], check=False)
+
+
+def evaluate(*args):
+    return run(["bash", "scripts/evaluate.sh", *args], check=False)
+
+
+@pytest.mark.slow
+def test_no_refused_command_changes_a_file_it_did_not_write(tree):
+    """Each of these once deleted or replaced the user's files, or reported success for output
+    that was not what was asked; now each is refused with one line naming the file or flag, and
+    the whole tree is unchanged."""
+    task, ck, ev, model = tree / "task", tree / "ck", tree / "ev", tree / "model"
+    newest = newest_checkpoints(ck, 2)
+    before = snapshot(tree)
+    cases = [
+        # an export into a checkpoint folder, or into the evaluation that holds its input
+        (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ck, "--force"),
+         f"--out {ck} holds --checkpoint {ck / 'checkpoint_last.pt'}"),
+        (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ev, "--force"),
+         f"{ev} is not a model folder that export wrote (it holds "),
+        (kit("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force"),
+         f"--out {ev} holds --checkpoint {ev / 'averaged.pt'}"),
+        # an evaluation whose --out holds its own input
+        (evaluate("--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force", "--cpu"),
+         f"--out {ev} holds --checkpoint {ev / 'averaged.pt'}"),
+        (evaluate("--data", task, "--checkpoints", ck, "--out", ck, "--cpu"), f"--out {ck} is --checkpoints {ck}"),
+        (evaluate("--data", task, "--checkpoints", ck, "--out", task / "ev", "--cpu"),
+         f"--out {task / 'ev'} lies inside --data {task}"),
+        # conflicting selections and settings: usage errors
+        (evaluate("--data", task, "--checkpoints", ck, "--checkpoint", ck / "checkpoint_last.pt", "--last", "3",
+                  "--out", tree / "ev2", "--cpu"), "--checkpoint FILE evaluates one checkpoint; --checkpoints DIR and"),
+        (evaluate("--data", task, "--checkpoints", ck, "--out", tree / "ev2", "--cpu", "--fp16"),
+         "--fp16 decodes on a GPU; leave out --cpu, or --fp16"),
+        # averaging over its own input
+        (kit("average_checkpoints", "--dir", ck, "--last", "2", "--output", newest[1], "--force"),
+         f"--output {newest[1]} is input 2 {newest[1]}"),
+        # a translation into the model folder
+        (kit("translate", "--model", model, "--input", task / "raw/test.en", "--output", model / "model.pt",
+             "--force", "--cpu"), f"--output {model / 'model.pt'} is or lies inside --model {model}"),
+    ]
+    for done, message in cases:
+        assert done.returncode != 0 and message in done.stderr, (message, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr
+    assert snapshot(tree) == before
+    assert not (tree / "ev2").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_refuses_an_out_of_others_files_and_a_second_writer(tree, tmp_path):
+    task, ck = tree / "task", tree / "ck"
+    mine = tmp_path / "mine"
+    write(mine / "results.json", ["{}"])
+    done = evaluate("--data", task, "--checkpoints", ck, "--out", mine, "--last", "2", "--cpu")
+    assert done.returncode == 2 and f"{mine} holds files that evaluate did not write ({mine / 'results.json'})" \
+        in done.stderr
+    assert lines(mine / "results.json") == ["{}"] and sorted(p.name for p in mine.iterdir()) == ["results.json"]
+    busy = tmp_path / "busy"
+    holder = hold_lock(busy, True)
+    try:
+        done = evaluate("--data", task, "--checkpoints", ck, "--out", busy, "--last", "2", "--cpu")
+        assert done.returncode == 2 and f"{busy} is being written by a test writer (pid {holder.pid}" in done.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.slow
+def test_evaluate_labels_results_from_the_checkpoint_evaluated(ende, tree, tmp_path):
+    """A csan2d checkpoint copied into a Transformer run's folder is labelled csan2d, and that
+    run's log (its speed and parameters) is not taken as its own."""
+    base = tmp_path / "base_run"
+    base.mkdir()
+    shutil.copy(ende["work"] / "ck_base/run.env", base / "run.env")
+    shutil.copy(ende["work"] / "ck_base/train.log", base / "train.log")
+    shutil.copy(tree / "ck/checkpoint_last.pt", base / "stray.pt")
+    ev = tmp_path / "ev"
+    done = evaluate("--data", tree / "task", "--checkpoint", base / "stray.pt", "--out", ev, "--cpu",
+                    "--bootstrap-samples", "10")
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    results = json.loads((ev / "results.json").read_text())
+    assert results["arch"] == "transformer_csan2d" and results["name"] == "transformer_csan2d"
+    assert results["train"] is None or results["train"].get("params") is None
+    # averaging checkpoints of one run that run.env says is another architecture: refused
+    for path in newest_checkpoints(tree / "ck", 2):
+        shutil.copy(path, base / path.name)
+    done = evaluate("--data", tree / "task", "--checkpoints", base, "--out", tmp_path / "ev2", "--last", "2", "--cpu")
+    assert done.returncode == 2 and "is a transformer_csan2d checkpoint, but" in done.stderr \
+        and "says the run trained transformer: it does not belong to this run" in done.stderr
+
+
+# ---------------------------------------------------------------- translate
+
+@pytest.mark.slow
+def test_translate_checks_its_output_first_and_takes_one_writer(tree, tmp_path):
+    model, source = tree / "model", tree / "task/raw/test.en"
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    started = time.time()
+    done = kit("translate", "--model", model, "--input", source, "--output", folder, "--cpu")
+    assert done.returncode == 2 and f"--output {folder} is a folder; give a file name" in done.stderr
+    assert "[translate]" not in done.stderr  # refused before loading or decoding anything
+    out = tmp_path / "out.de"
+    holder = hold_lock(out, False)
+    try:
+        done = kit("translate", "--model", model, "--input", source, "--output", out, "--cpu")
+        assert done.returncode == 2 and f"{out} is being written by a test writer (pid {holder.pid}" in done.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not out.exists()
+    assert time.time() - started < 120
+    # a checkpoint with the task folder of another vocabulary: named, not a size-mismatch traceback
+    from recipe_helpers import fake_task
+
+    other = fake_task(tmp_path)
+    write(other / "bpe/codes", ["#version: 0.2", "a b"])
+    write(other / "raw/x.en", ["a"])
+    done = kit("translate", "--data", other, "--checkpoint", tree / "ev/averaged.pt", "--input", other / "raw/x.en",
+               "--output", tmp_path / "x.de", "--cpu")
+    assert done.returncode != 0 and f"{tree / 'ev/averaged.pt'} was not trained on {other}" in done.stderr
+    assert "size mismatch" not in done.stderr
