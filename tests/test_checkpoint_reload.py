@@ -112,3 +112,32 @@ def test_a_checkpoint_without_settings_loads(tmp_path):
     model.load_state_dict(stock.state_dict(), strict=True)
     old = {k: v for k, v in model.state_dict().items() if k != model.SETTINGS_KEY}
     model.load_state_dict(old, strict=True)
+
+
+# ---- a deliberate warm start (fairseq-train --finetune-from-model) loads the shared weights -------
+@pytest.mark.parametrize("saved,loaded", [
+    (("transformer_csan1d", []), ("transformer_csan2d", [])),  # the same parameters, other settings
+    (("transformer_csan2d", []), ("transformer_ctxaware", [])),  # the target has gating parameters of its own
+    (("transformer_ctxaware", []), ("transformer_csan1d", [])),  # the checkpoint has parameters the target lacks
+])
+def test_a_warm_start_takes_the_shared_weights_and_says_so(saved, loaded, caplog):
+    from fairseq_csan.models import variant_transformer
+
+    source, _, _ = build_model(saved[0], TINY + saved[1], seed=1)
+    target, args, _ = build_model(loaded[0], TINY + loaded[1], seed=2)
+    own = {k: v.clone() for k, v in target.state_dict().items()}
+    variant_transformer._WARM_STARTS.append("pretrained.pt")
+    try:
+        target.load_state_dict(source.state_dict(), strict=True, model_cfg=convert_namespace_to_omegaconf(args).model)
+    finally:
+        variant_transformer._WARM_STARTS.pop()
+    theirs = source.state_dict()
+    for k, v in target.state_dict().items():
+        if k == target.SETTINGS_KEY:
+            assert torch.equal(v, own[k])  # the target's own settings, not the checkpoint's
+        elif k in theirs:
+            assert torch.equal(v, theirs[k]), k
+        else:
+            assert torch.equal(v, own[k]), k  # a parameter of the target's own keeps its initial value
+    assert f"warm start from pretrained.pt (--arch {saved[0]}) into --arch {loaded[0]}" in caplog.text
+    assert not variant_transformer._WARM_STARTS

@@ -435,6 +435,20 @@ def test_ende_resume_continues_from_the_last_checkpoint(ende):
 
 
 @pytest.mark.slow
+def test_ende_warm_start_from_another_variant(ende, tmp_path):
+    """fairseq-train's --finetune-from-model from a csan2d checkpoint into csan1d and into the
+    context-aware model: the shared weights are loaded and the log says so (a resume into a
+    folder of other settings stays refused: test_ende_training_resumes_and_refuses_another_run)."""
+    pretrained = ende["work"] / "ck_csan/checkpoint_1_4.pt"
+    for arch in ("transformer_csan1d", "transformer_ctxaware"):
+        save = tmp_path / arch
+        done = train_tiny(ende["out"], save, arch, "--max-update", 2, "--", "--finetune-from-model", pretrained)
+        assert f"warm start from {pretrained} (--arch transformer_csan2d) into --arch {arch}" in done.stdout
+        assert "num_updates=2," in done.stdout
+    assert "parameters of this model keep their initial values" in done.stdout  # the gates of ctxaware
+
+
+@pytest.mark.slow
 def test_ende_bf16_training_through_our_entry_point(ende):
     """--precision bf16 runs python -m fairseq_csan.train, where stock fairseq-train --bf16
     would ask for a TPU; on the CPU the model trains in bfloat16."""

@@ -13,12 +13,15 @@ Everything else is fairseq's stock Transformer.
 """
 
 import json
+import logging
+import os
 from functools import partial
 
 import torch
 
 from torch import nn
 
+from fairseq import checkpoint_utils
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder, TransformerModel
@@ -244,6 +247,34 @@ def _encode(settings: dict, arch) -> torch.Tensor:
     return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
 
 
+logger = logging.getLogger(__name__)
+
+# The checkpoint that fairseq-train's --finetune-from-model is loading, while it loads it (a
+# warm start: fairseq resets the optimizer and takes the weights); a resume is not one.
+_WARM_STARTS = []
+
+
+def _marking_warm_starts(load_checkpoint):
+    def wrapped(cfg, trainer, *args, **kwargs):
+        last = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix or ''}.pt")
+        warm = (getattr(cfg, "finetune_from_model", None) is not None and cfg.restore_file == "checkpoint_last.pt"
+                and not os.path.exists(last))  # fairseq's own condition for a warm start
+        if warm:
+            _WARM_STARTS.append(cfg.finetune_from_model)
+        try:
+            return load_checkpoint(cfg, trainer, *args, **kwargs)
+        finally:
+            if warm:
+                _WARM_STARTS.pop()
+
+    wrapped.__wrapped__ = load_checkpoint
+    return wrapped
+
+
+if not hasattr(checkpoint_utils.load_checkpoint, "__wrapped__"):
+    checkpoint_utils.load_checkpoint = _marking_warm_starts(checkpoint_utils.load_checkpoint)
+
+
 def _decode(tensor: torch.Tensor) -> dict:
     return json.loads(bytes(tensor.tolist()).decode("utf-8"))
 
@@ -305,20 +336,48 @@ class VariantTransformerModel(TransformerModel):
         super().upgrade_state_dict_named(state_dict, name)
         key = f"{name}.{self.SETTINGS_KEY}" if name else self.SETTINGS_KEY
         ours = _decode(getattr(self, self.SETTINGS_KEY))
-        if key not in state_dict:  # a checkpoint from before the settings were kept, or fairseq's own model
+        theirs = _decode(state_dict[key]) if key in state_dict else None
+        differ = [] if theirs is None else [
+            f for f in sorted(set(ours["settings"]) | set(theirs["settings"]))
+            if ours["settings"].get(f) != theirs["settings"].get(f)]
+        if _WARM_STARTS:  # fairseq-train --finetune-from-model: another model's weights, on purpose
+            self._take_shared_weights(state_dict, name, theirs, differ)
+            return
+        if theirs is None:  # a checkpoint from before the settings were kept, or fairseq's own model
             state_dict[key] = getattr(self, self.SETTINGS_KEY).clone()
             return
-        theirs = _decode(state_dict[key])
-        differ = [f for f in sorted(set(ours["settings"]) | set(theirs["settings"]))
-                  if ours["settings"].get(f) != theirs["settings"].get(f)]
         if differ:
             raise ValueError(
                 f"fairseq_csan: the checkpoint holds a model of --arch {theirs['arch']}, this command builds "
                 f"--arch {ours['arch']}, and they differ in "
                 + "; ".join(f"{_flag(f)} {theirs['settings'].get(f)} (checkpoint) vs {ours['settings'].get(f)} "
                             "(this command)" for f in differ)
-                + ". Resume with the checkpoint's settings, or train into a new --save-dir."
+                + ". Resume with the checkpoint's settings, or train into a new --save-dir (to start from "
+                "its weights on purpose: fairseq-train --finetune-from-model CHECKPOINT)."
             )
+
+    def _take_shared_weights(self, state_dict, name, theirs, differ):
+        """A warm start: the parameters both models have are taken from the checkpoint; this
+        model's own (a variant's new parameters) keep their initial values, the checkpoint's
+        others are left out, and the log says which."""
+        prefix = f"{name}." if name else ""
+        own = {prefix + k: v for k, v in self.state_dict().items()}
+        added = sorted(k for k in own if k not in state_dict)
+        dropped = sorted(k for k in state_dict if k.startswith(prefix) and k not in own)
+        for k in added:
+            state_dict[k] = own[k].clone()
+        for k in dropped:
+            del state_dict[k]
+        state_dict[prefix + self.SETTINGS_KEY] = getattr(self, self.SETTINGS_KEY).clone()  # this model's own
+        was = f"--arch {theirs['arch']}" if theirs else "a model without our settings (fairseq's own)"
+        logger.warning(
+            f"fairseq_csan: warm start from {_WARM_STARTS[-1]} ({was}) into --arch "
+            f"{_decode(getattr(self, self.SETTINGS_KEY))['arch']}: the shared weights are loaded"
+            + (f"; settings that differ: {', '.join(_flag(f) for f in differ)}" if differ else "")
+            + (f"; {len(added)} parameters of this model keep their initial values ({', '.join(added[:4])}"
+               f"{' ...' if len(added) > 4 else ''})" if added else "")
+            + (f"; {len(dropped)} of the checkpoint are not used ({', '.join(dropped[:4])}"
+               f"{' ...' if len(dropped) > 4 else ''})" if dropped else ""))
 
     @classmethod
     def build_model(cls, args, task):
