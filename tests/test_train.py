@@ -577,3 +577,46 @@ def test_bf16_entry_point_undoes_only_the_tpu_implication():
     assert ours.bf16 is True and ours.tpu is False
     assert parse(options.get_training_parser(), base + ["--bf16", "--tpu"]).tpu is True
     assert parse(options.get_training_parser(), base).tpu is False
+
+
+# every option of train.sh, with a value other than its default
+EVERY_OPTION = [
+    ["--arch", "transformer_csan2d"], ["--save-dir", "/elsewhere"], ["--size", "big"], ["--gpus", "4"],
+    ["--cpu-processes", "4"], ["--nodes", "2"], ["--nodes", "2", "--node-rank", "1", "--master-addr", "h"],
+    ["--launcher", "slurm"], ["--launcher", "torchrun"], ["--node-rank", "1"], ["--master-addr", "h"],
+    ["--port", "29501"], ["--precision", "bf16"], ["--precision", "fp32"], ["--share", "none"],
+    ["--share", "decoder"], ["--max-tokens", "2000"], ["--max-update", "7"], ["--seed", "5"],
+    ["--tensorboard", "/tb"], ["--wandb", "project"], ["--cpu-tiny"], ["HPARAMS"], ["--", "--dropout", "0.2"],
+]
+
+
+@pytest.mark.parametrize("context", [[], ["--cpu-tiny"], ["--cpu-processes", "2"], ["--cpu-tiny", "--cpu-processes", "2"]],
+                         ids=["gpus", "cpu-tiny", "cpu-processes", "cpu-tiny-processes"])
+def test_every_option_changes_the_command_or_is_refused(fake_data, tmp_path, context):
+    """No option of train.sh is accepted and ignored: with each preset, every option either
+    changes the fairseq-train command or is refused with a one-line reason."""
+    hparams = json.loads(kit.HPARAMS.read_text())
+    hparams["all_sizes"]["max_tokens"] = 3000
+    hparams["cpu_tiny"]["max_tokens"] = 700
+    (tmp_path / "hp.json").write_text(json.dumps(hparams))
+
+    def command(extra):
+        extra = ["--hparams", str(tmp_path / "hp.json")] if extra == ["HPARAMS"] else extra
+        argv = ["--data", str(fake_data), "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *context, *extra]
+        try:
+            return kit.build(kit.parse(argv))["cmd"], None
+        except kit.Refused as refusal:
+            return None, str(refusal)
+
+    baseline, refused = command([])
+    assert refused is None, refused
+    for option in EVERY_OPTION:
+        cpu = "--cpu-tiny" in context or "--cpu-processes" in context
+        if option[0] in context or (option == ["--launcher", "torchrun"] and "--cpu-processes" in context) \
+                or (option == ["--precision", "fp32"] and cpu):
+            continue  # given already, or the default there
+        changed, refused = command(option)
+        if refused is not None:
+            assert refused and "\n" not in refused, (option, refused)
+        else:
+            assert changed != baseline, f"{' '.join(option)} with {' '.join(context)} is accepted and changes nothing"
