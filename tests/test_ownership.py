@@ -121,6 +121,12 @@ def test_prepare_refuses_raw_files_where_it_writes(tmp_path):
     assert done.returncode == 2
     assert f"error: --out {out}'s raw/ {out / 'raw'} is --raw-dir {raw}, which this command reads" in done.stderr
     assert snapshot(tmp_path) == before
+    # the raw files in a folder inside one that prepare writes
+    inner = multi30k_raw(out / "tok" / "mine")
+    before = snapshot(tmp_path)
+    done = prepare(inner, out)
+    assert done.returncode == 2 and f"--out {out}'s tok/ {out / 'tok'} holds --raw-dir {inner}" in done.stderr
+    assert snapshot(tmp_path) == before
 
 
 @pytest.mark.slow

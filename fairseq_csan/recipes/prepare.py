@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from . import corpora, text
-from .ownership import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
+from .ownership import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps
 from .steps import Step, call, make, run
 from .task import NotATask, PreparedTask
 
@@ -125,9 +125,13 @@ def main(argv=None) -> None:
     owned = {sub: out / sub for sub in OWNED_FOLDERS}
     # the raw corpora are inputs: none of them may lie where this command writes (a rerun would
     # remove them before reading them)
+    # (a --raw-dir around OUT is fine: only the files found in it are read)
+    for sub, path in owned.items():
+        if overlap(path, raw) in ("is", "holds"):
+            die(f"--out {out}'s {sub}/ {path} {overlap(path, raw)} --raw-dir {raw}, which this command reads; "
+                "keep the raw corpora elsewhere (the default is OUT/downloads)")
     try:
-        refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, {"--raw-dir": raw})
-        lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()
+        lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()  # noqa: F841  (held to the end)
     except Refusal as e:
         die(str(e))
 
