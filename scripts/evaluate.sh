@@ -13,7 +13,7 @@
 #      (python -m fairseq_csan.recipes.average_checkpoints does the same on its own)
 #   2. fairseq-generate data/wmt14_en_de/data-bin --user-dir fairseq_csan \
 #        --path results/ende_csan2d/averaged.pt --source-lang en --target-lang de --gen-subset test \
-#        --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --remove-bpe --batch-size 128 \
+#        --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --remove-bpe --batch-size 128 --num-workers 0 \
 #        > results/ende_csan2d/generate.txt
 #   3. scoring (python -m fairseq_csan.recipes.score): hyp.tok, hyp.detok, results.json, results.md
 # (decoding settings: fairseq_csan/recipes/decoding.py.) Each command is printed as it runs. A

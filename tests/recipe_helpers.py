@@ -141,3 +141,13 @@ def aspec_folder(root, kftt):
     for name, source, n in (("dev", "dev", N_DEV), ("test", "tune", N_TEST)):
         rows = zip(head(kftt / f"{source}.ja", n), head(kftt / f"{source}.en", n))
         write(root / f"{name}/{name}.txt", [f"D-{i // 10} ||| {i + 1} ||| {a} ||| {b}" for i, (a, b) in enumerate(rows)])
+
+
+def hold_lock(target, folder):
+    """Another process holding the writer lock on ``target``, until it is killed."""
+    code = ("import sys, time; from fairseq_csan.recipes.ownership import WriterLock; "
+            f"WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); print('held', flush=True); "
+            "time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder

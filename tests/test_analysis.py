@@ -84,6 +84,19 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
     again = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
                  tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out], check=False)
     assert again.returncode != 0 and "exist; pass --force" in again.stderr
+    assert not list(out.glob(".*.lock"))  # each run's lock is gone with it
+    # a second run of one analysis into the same folder while one writes there: refused, naming it
+    from recipe_helpers import hold_lock
+
+    holder = hold_lock(out / "ngram_gap.csv", False)
+    try:
+        busy = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
+                    tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out, "--force"], check=False)
+        assert busy.returncode != 0 and f"{out / 'ngram_gap.csv'} is being written by a test writer (pid {holder.pid}" \
+            in busy.stderr
+    finally:
+        holder.kill()
+        holder.wait()
     write(tmp_path / "one", ["a"])
     bad = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
                f"b={tmp_path / 'one'}", "--system", f"s={tmp_path / 'sys'}", "--out", tmp_path / "o3"], check=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import lines, run, write
+from recipe_helpers import hold_lock, lines, run, write
 
 from fairseq_csan.recipes import ownership
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
@@ -56,16 +56,6 @@ def test_foreign_files_are_what_the_command_did_not_write(tmp_path):
     (tmp_path / ".lock").write_text("")
     owned = [tmp_path / "raw/train.en", tmp_path / "data-bin"]
     assert foreign_files(tmp_path, owned) == [tmp_path / "raw/notes.txt"]
-
-
-def hold_lock(target, folder):
-    """Another process holding the writer lock on ``target``, until it is killed."""
-    code = ("import sys, time; from fairseq_csan.recipes.ownership import WriterLock; "
-            f"WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); print('held', flush=True); "
-            "time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
-    return holder
 
 
 def test_a_second_writer_is_refused_naming_the_first(tmp_path):

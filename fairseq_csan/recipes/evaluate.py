@@ -143,8 +143,18 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
         finally:
             done.set()
     if status != 0:
-        sys.stderr.write("".join(log_tmp.read_text(encoding="utf-8", errors="replace").splitlines(True)[-20:]))
-        die(f"fairseq-generate failed (its log: {log_tmp})")
+        try:
+            tail = "".join(log_tmp.read_text(encoding="utf-8", errors="replace").splitlines(True)[-20:])
+        except OSError:
+            tail = ""
+        sys.stderr.write(tail)
+        if not tail.strip():  # the log itself could not be written: most often a full disk
+            import shutil
+
+            free = shutil.disk_usage(log_tmp.parent).free
+            die(f"fairseq-generate failed with status {status} and wrote no log ({log_tmp} is empty); "
+                f"{free / 2**20:.0f} MiB are free on the disk of {log_tmp.parent}")
+        die(f"fairseq-generate failed with status {status} (its log: {log_tmp})")
     log(f"    decoded {count()} of {total} sentences")
 
 
@@ -242,7 +252,8 @@ def main(argv=None) -> None:
     settings = decoding.generate_args(beam=args.beam, lenpen=args.lenpen)
     command = ["fairseq-generate", str(task.data_bin), "--user-dir", str(PLUGIN), "--path", str(model),
                "--source-lang", src, "--target-lang", tgt, "--gen-subset", args.subset, *settings,
-               "--remove-bpe", "--batch-size", str(args.batch_size), *hw]
+               "--remove-bpe", "--batch-size", str(args.batch_size), "--num-workers", "0", *hw]
+    # --num-workers 0: no data-loader process, which would outlive a killed evaluation by seconds
     test_files = sorted(task.data_bin.glob(f"{args.subset}.{src}-{tgt}.*")) + sorted(task.data_bin.glob("dict.*.txt"))
     gen = out / "generate.txt"
     make(Step(stamps, "decode", [model, *test_files], [gen, out / "generate.log"],

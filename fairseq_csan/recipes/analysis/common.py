@@ -42,9 +42,16 @@ def bleu_stats(hyps, refs):
 
 
 def outputs(out: Path, stem: str, force: bool):
-    """The CSV, markdown and PNG paths of one analysis; refuses to overwrite without force."""
+    """The CSV, markdown and PNG paths of one analysis; refuses to overwrite without force, and
+    refuses a second run of the same analysis into ``out`` while one writes there."""
+    from ..ownership import Refusal, WriterLock
+
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{ext}" for ext in ("csv", "md", "png")]
+    try:
+        WriterLock(paths[0], folder=False, what=f"the {stem} analysis").acquire()  # held to the end
+    except Refusal as error:
+        raise SystemExit(f"error: {error}") from None
     existing = [str(p) for p in paths if p.exists()]
     if existing and not force:
         raise SystemExit(f"{', '.join(existing)} exist; pass --force to overwrite")
