@@ -119,6 +119,7 @@ def test_a_checkpoint_without_settings_loads(tmp_path):
     (("transformer_csan1d", []), ("transformer_csan2d", [])),  # the same parameters, other settings
     (("transformer_csan2d", []), ("transformer_ctxaware", [])),  # the target has gating parameters of its own
     (("transformer_ctxaware", []), ("transformer_csan1d", [])),  # the checkpoint has parameters the target lacks
+    (("transformer", []), ("transformer_ctxaware", [])),  # fairseq's own Transformer, the papers' baseline
 ])
 def test_a_warm_start_takes_the_shared_weights_and_says_so(saved, loaded, caplog):
     from fairseq_csan.models import variant_transformer
@@ -139,5 +140,6 @@ def test_a_warm_start_takes_the_shared_weights_and_says_so(saved, loaded, caplog
             assert torch.equal(v, theirs[k]), k
         else:
             assert torch.equal(v, own[k]), k  # a parameter of the target's own keeps its initial value
-    assert f"warm start from pretrained.pt (--arch {saved[0]}) into --arch {loaded[0]}" in caplog.text
+    was = "a model without our settings (fairseq's own)" if saved[0] == "transformer" else f"--arch {saved[0]}"
+    assert f"warm start from pretrained.pt ({was}) into --arch {loaded[0]}" in caplog.text
     assert not variant_transformer._WARM_STARTS
