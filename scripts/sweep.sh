@@ -62,6 +62,15 @@ if [ "$tiny" = 1 ]; then train_args+=(--cpu-tiny); eval_args+=(--cpu); fi
 bash "$ROOT/scripts/train.sh" --data "$data" --arch transformer_csan1d --save-dir "$out/check" --dry-run \
   "${train_args[@]}" -- "${fairseq_args[@]}" > /dev/null || die "scripts/train.sh refuses these options (above)"
 
+# one sweep at a time in an --out (a second one would overwrite the first's logs); the kernel
+# frees the lock when this script ends, however it ends
+mkdir -p "$out"
+if command -v flock > /dev/null; then
+  exec 9>>"$out/.lock"
+  flock -n 9 || die "$out is being written by $(cat "$out/.lock"); wait for it to end, or give another --out"
+  : > "$out/.lock"; echo "sweep.sh (pid $$, since $(date +%H:%M:%S))" >> "$out/.lock"
+fi
+
 run() {  # run NAME KIND VALUE ARCH FLAGS...
   local name=$1 kind=$2 value=$3 arch=$4; shift 4
   local dir="$out/$name"

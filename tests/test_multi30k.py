@@ -169,6 +169,22 @@ def test_prepare_defaults_to_the_readme_folder_and_8000_merges():
     assert "--merges N     BPE merge operations (default: 8000" in done.stdout
 
 
+def test_a_second_reproduction_into_one_out_is_refused(tmp_path):
+    from recipe_helpers import hold_lock
+
+    out = tmp_path / "out"
+    holder = hold_lock(out, True)
+    try:
+        done = run([sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir",
+                    shared_corpus("multi30k_en_de"), "--out", out], check=False)
+        assert done.returncode != 0 and f"multi30k: {out} is being written by a test writer (pid {holder.pid}" \
+            in done.stderr
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatch):
     out = tmp_path / "out"
     done = run([sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", tmp_path / "nowhere", "--out", out], check=False)

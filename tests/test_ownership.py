@@ -281,3 +281,11 @@ def test_translate_checks_its_output_first_and_takes_one_writer(tree, tmp_path):
                "--output", tmp_path / "x.de", "--cpu")
     assert done.returncode != 0 and f"{tree / 'ev/averaged.pt'} was not trained on {other}" in done.stderr
     assert "size mismatch" not in done.stderr
+
+
+def test_one_process_is_one_writer(tmp_path):
+    """A command called twice in one process (a test, a notebook) does not lock itself out."""
+    first = WriterLock(tmp_path / "out", folder=True, what="me").acquire()
+    assert WriterLock(tmp_path / "out", folder=True, what="me again").acquire() is first
+    first.release()
+    assert not (tmp_path / "out/.lock").exists()

@@ -29,3 +29,20 @@ def test_sweep_checks_its_inputs_before_making_run_folders(tmp_path):
                 "--windows", "3", "--heads", ""], check=False)
     assert done.returncode == 2 and "not a prepared task folder" in done.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_second_sweep_into_one_out_is_refused(tmp_path):
+    """Two sweeps into one --out would overwrite each other's logs: the second is refused,
+    naming the first, before it writes anything."""
+    from recipe_helpers import fake_task, hold_lock
+
+    data, out = fake_task(tmp_path), tmp_path / "sweep"
+    holder = hold_lock(out, True)
+    try:
+        done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", out, "--windows", "3", "--heads", "",
+                    "--cpu-tiny"], check=False)
+        assert done.returncode == 2 and f"{out} is being written by a test writer (pid {holder.pid}" in done.stderr
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()

@@ -416,6 +416,12 @@ def main(argv=None):
                 "model": MODEL, "training": training_args(args.max_update)}
     if args.device != "cpu":  # recorded only off the CPU, so that earlier CPU runs stay valid
         settings["device"] = args.device
+    from .ownership import Refusal, WriterLock
+
+    try:  # one reproduction at a time in an --out (its runs lock their own folders too)
+        WriterLock(args.out, folder=True, what="the Multi30k reproduction").acquire()  # held to the end
+    except Refusal as error:
+        raise SystemExit(f"multi30k: {error}") from None
     recorded = args.out / "settings.json"
     holds_runs = any((args.out / "runs").glob("*/seed*")) or any((args.out / "sweep").glob("*"))
     if recorded.is_file() and holds_runs:

@@ -93,6 +93,9 @@ def listing(paths: List[Path], limit: int = 5) -> str:
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
+_HELD = {}  # lock file -> the WriterLock of this process that holds it
+
+
 def lock_path(output: Path, folder: bool) -> Path:
     output = Path(output)
     return output / ".lock" if folder else output.with_name(f".{output.name}.lock")
@@ -109,7 +112,12 @@ class WriterLock:
         self.output, self.what, self.fd = Path(output), what, None
 
     def acquire(self) -> "WriterLock":
+        """The lock, taken; a lock this process holds already is returned as it is (one
+        process is one writer, however many of its calls write)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        held = _HELD.get(os.path.realpath(self.path))
+        if held is not None and held.fd is not None:
+            return held
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -136,11 +144,13 @@ class WriterLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, note.encode("utf-8"), 0)
         self.fd = fd
+        _HELD[os.path.realpath(self.path)] = self
         atexit.register(self.release)  # an error exit removes the lock file too
         return self
 
     def release(self) -> None:
         if self.fd is not None:
+            _HELD.pop(os.path.realpath(self.path), None)
             try:
                 os.unlink(self.path)  # while still held: a waiter re-checks the path (acquire)
             except FileNotFoundError:
