@@ -281,6 +281,13 @@ def test_translate_checks_its_output_first_and_takes_one_writer(tree, tmp_path):
                "--output", tmp_path / "x.de", "--cpu")
     assert done.returncode != 0 and f"{tree / 'ev/averaged.pt'} was not trained on {other}" in done.stderr
     assert "size mismatch" not in done.stderr
+    # the same for an evaluation: named before fairseq-generate starts
+    write(other / "tok/test.en", ["a"])
+    write(other / "tok/test.de", ["a"])
+    write(other / "raw/test.de", ["a"])
+    done = evaluate("--data", other, "--checkpoint", tree / "ev/averaged.pt", "--out", tmp_path / "ev", "--cpu")
+    assert done.returncode == 2 and f"{tree / 'ev/averaged.pt'} was not trained on {other}" in done.stderr
+    assert not (tmp_path / "ev").exists()
 
 
 def test_one_process_is_one_writer(tmp_path):

@@ -94,18 +94,26 @@ def run_identity(folder: Path) -> dict:
     return dict(line.split("=", 1) for line in env.read_text(encoding="utf-8").split("\n") if "=" in line)
 
 
-def model_settings(checkpoint: Path) -> dict:
+def model_settings(checkpoint: Path, task: PreparedTask) -> dict:
     """The checkpoint's own model settings (arch, max_source_positions, ...), read with
-    fairseq's loader; a file it cannot read is named."""
+    fairseq's loader; a file it cannot read, or a model of other dictionaries than the task's,
+    is named."""
     from fairseq import checkpoint_utils
 
     import fairseq_csan  # noqa: F401  (our architectures and the fixes that let checkpoints load)
 
+    from .export import ExportError, check_dictionaries
+
     try:
-        cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"]["model"]
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
     except Exception as error:  # a damaged or foreign file: name it, whatever torch raised
         die(f"cannot read the checkpoint {checkpoint} (damaged or not a fairseq checkpoint: "
             f"{(str(error).strip().splitlines() or [type(error).__name__])[0]})")
+    try:  # fairseq-generate would stop with a size mismatch deep in its log
+        check_dictionaries(state, task, checkpoint)
+    except ExportError as error:
+        die(str(error))
+    cfg = state["cfg"]["model"]
     return dict(cfg) if isinstance(cfg, dict) else dict(vars(cfg)) if not hasattr(cfg, "items") else dict(cfg.items())
 
 
@@ -195,7 +203,7 @@ def main(argv=None) -> None:
         except SystemExit as e:
             die(f"cannot choose the last {last} checkpoints of {args.checkpoints} ({e}); "
                 "--last N averages fewer, --checkpoint FILE takes one")
-    model_cfg = model_settings(inputs[-1])
+    model_cfg = model_settings(inputs[-1], task)
     arch = model_cfg.get("arch") or model_cfg.get("_name")
     if run.get("arch") and arch and run["arch"] != arch:
         if args.checkpoints:
