@@ -243,7 +243,7 @@ def main(argv=None):
             held = WriterLock(output, folder=False, what="translate.py").acquire()
         except Refusal as error:
             parser.error(str(error))
-        outputs(output)  # another run may have written it while this one waited for nothing
+        outputs(output)  # again under the lock: a run that just ended may have written it
         return held
 
     held = None
