@@ -25,7 +25,8 @@ class DamagedModelFolder(ValueError):
     pass
 
 
-def _sha256(path: Path) -> str:
+def sha256(path) -> str:
+    """The SHA-256 of a file's content (export.json's record of each file)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -61,7 +62,7 @@ def verify(folder) -> None:
     if _checked.get(key) == identities:
         return
     for name, expected in files.items():
-        if _sha256(folder / name) != expected:
+        if sha256(folder / name) != expected:
             raise DamagedModelFolder(f"model folder {folder}: {name} is not the file that export wrote "
                                      "(its SHA-256 differs from export.json's); export the model again")
     _checked[key] = identities

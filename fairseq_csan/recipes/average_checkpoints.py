@@ -69,15 +69,15 @@ def model_config(state: dict) -> dict:
     return {**{str(k): str(v) for k, v in model.items()}, "seed": str(seed)}
 
 
-def check_belongs(path: Path, state: dict, first_path: Path, first) -> None:
+def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> None:
     """A checkpoint of another run (another model, seed or name than its contents) is refused."""
     named = UPDATE.match(path.name)
     updates = updates_of(state)
     if named and updates is not None and int(named.group(2)) != updates:
         raise SystemExit(f"average_checkpoints: {path} holds a checkpoint of update {updates}, not "
                          f"{named.group(2)} as its name says: it was renamed or belongs to another run")
-    if first is not None:
-        mine, theirs = model_config(state), first
+    if first_config is not None:
+        mine, theirs = model_config(state), first_config
         differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         if differ:
             shown = ", ".join(f"{k} {theirs.get(k)} vs {mine.get(k)}" for k in differ[:4])
@@ -89,7 +89,7 @@ def average(paths):
     """The averaged checkpoint (a dict, as fairseq saves it) of ``paths``; each checkpoint's
     contents must be of one run: the same model settings and seed, the update count its name
     says, and different update counts."""
-    total, first_keys, newest, first, seen = None, None, None, None, {}
+    total, first_keys, newest, first_config, seen = None, None, None, None, {}
     for path in paths:
         if not path.is_file():
             raise SystemExit(f"average_checkpoints: missing checkpoint {path}")
@@ -98,14 +98,14 @@ def average(paths):
         except Exception as error:  # a truncated or foreign file: name it, whatever torch raised
             raise SystemExit(f"average_checkpoints: cannot read {path} (damaged or not a checkpoint: "
                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
-        check_belongs(path, state, paths[0], first)
+        check_belongs(path, state, paths[0], first_config)
         updates = updates_of(state)
         if updates is not None and updates in seen:
             raise SystemExit(f"average_checkpoints: {path} and {seen[updates]} are the same update ({updates}) "
                              "of training: average distinct checkpoints")
         if updates is not None:
             seen[updates] = path
-        first = first if first is not None else model_config(state)
+        first_config = first_config if first_config is not None else model_config(state)
         model = state["model"]
         if first_keys is None:
             first_keys = list(model)

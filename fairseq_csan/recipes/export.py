@@ -25,7 +25,6 @@ or the task folder is refused.
 
 import argparse
 import filecmp
-import hashlib
 import json
 import os
 import shutil
@@ -84,16 +83,10 @@ def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> Non
                               "trained on")
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     import torch
+
+    from fairseq_csan.model_folder import sha256  # the hash from_pretrained checks
     from omegaconf import OmegaConf, open_dict
 
     state = load_state(checkpoint, hub_overrides(task, data=".", bpe_codes="bpecodes"))

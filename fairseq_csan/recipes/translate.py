@@ -86,11 +86,12 @@ def load(args):
 
         overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
         try:  # a checkpoint of another task is named before fairseq's size-mismatch traceback
-            check_dictionaries(load_state(args.checkpoint, overrides), task, args.checkpoint)
+            state = load_state(args.checkpoint, overrides)
+            check_dictionaries(state, task, args.checkpoint)
         except ExportError as error:
             raise SystemExit(f"translate: {error}")
-        models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task([str(args.checkpoint)],
-                                                                                 arg_overrides=overrides)
+        models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task(
+            [str(args.checkpoint)], arg_overrides=overrides, state=state)  # read once
         hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
     if getattr(hub.cfg.tokenizer, "_name", None) != "csan_recipe":
         raise SystemExit(f"translate: {args.model} has no recipe tokenizer in its configuration; export it with "
