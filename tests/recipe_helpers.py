@@ -85,8 +85,9 @@ def train_tiny(data, save, arch, *extra):
 
 
 def evaluate_tiny(data, save, out, *extra):
+    bootstrap = ["--bootstrap-samples", 200] if "--baseline" in extra else []
     return run(["bash", "scripts/evaluate.sh", "--data", data, "--checkpoints", save, "--out", out,
-                "--last", 2, "--cpu", "--bootstrap-samples", 200, *extra])
+                "--last", 2, "--cpu", *bootstrap, *extra])
 
 
 def lay_out_wmt(raw, langs, train, train_stems, dev, dev_name, test, test_src_sgm, test_ref_sgm):
@@ -151,3 +152,32 @@ def hold_lock(target, folder):
     holder = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
+
+
+def refusal_of(main, argv, capsys):
+    """Run a command's ``main(argv)`` in this process: (None, None) when it ends normally, else
+    (None, its one-line refusal); its standard error is read from ``capsys``."""
+    try:
+        main([str(a) for a in argv])
+    except SystemExit as stop:
+        if stop.code in (0, None):
+            return None
+        message = stop.code if isinstance(stop.code, str) else capsys.readouterr().err
+        return message.strip().splitlines()[-1] if message.strip() else f"exit {stop.code} without a message"
+    return None
+
+
+def walk_options(plan, options):
+    """No option is accepted and ignored: ``plan(extra)`` returns (what the command would do
+    with the extra arguments, its refusal or None); each option either changes the first or
+    is refused with one line."""
+    baseline, refused = plan([])
+    assert refused is None, f"the baseline is refused: {refused}"
+    ignored = []
+    for option in options:
+        changed, refused = plan(list(option))
+        if refused is not None:
+            assert refused.strip() and "\n" not in refused.strip() and "Traceback" not in refused, (option, refused)
+        elif changed == baseline:
+            ignored.append(" ".join(map(str, option)))
+    assert not ignored, f"accepted, and changing nothing: {ignored}"

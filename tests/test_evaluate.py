@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from recipe_helpers import N_TEST, check_results, evaluate_tiny, lines, run, write
+from recipe_helpers import N_TEST, check_results, evaluate_tiny, lines, refusal_of, run, walk_options, write
 
 
 @pytest.mark.slow
@@ -53,8 +53,7 @@ def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
     checkpoint = tmp_path / "model.pt"
     shutil.copy2(work / "ck_base/checkpoint_last.pt", checkpoint)
     ev = tmp_path / "ev"
-    first = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoint", checkpoint, "--out", ev, "--cpu",
-                 "--bootstrap-samples", 10])
+    first = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
     assert len(lines(ev / "hyp.tok")) == N_TEST
     # another prepared folder whose test set is the first one's valid set (N_DEV sentences)
     other = tmp_path / "other"
@@ -65,8 +64,7 @@ def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
     for suffix in ("bin", "idx"):
         for lang in ("en", "de"):
             shutil.copy(out / f"data-bin/valid.en-de.{lang}.{suffix}", other / f"data-bin/test.en-de.{lang}.{suffix}")
-    again = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu",
-                 "--bootstrap-samples", 10])
+    again = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
     assert "2/3 decoding test" in again.stderr and "redone: its inputs are other files than last time" in again.stderr
     assert lines(ev / "hyp.tok") != [] and len(lines(ev / "hyp.tok")) == len(lines(other / "tok/test.de"))
     assert lines(other / "tok/test.de") == lines(out / "tok/valid.de")
@@ -74,8 +72,7 @@ def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
     st = checkpoint.stat()
     shutil.copyfile(work / "ck_csan/checkpoint_last.pt", checkpoint)
     os.utime(checkpoint, ns=(st.st_atime_ns, st.st_mtime_ns))
-    third = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu",
-                 "--bootstrap-samples", 10])
+    third = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
     assert f"input {checkpoint} changed since the last run" in third.stderr
     assert first.returncode == again.returncode == third.returncode == 0
 
@@ -143,7 +140,7 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, 
 
     work, out = ende["work"], ende["out"]
     command = ["bash", "scripts/evaluate.sh", "--data", str(out), "--checkpoints", str(work / "ck_base"), "--last", "3",
-               "--cpu", "--bootstrap-samples", "10"]
+               "--cpu"]
 
     def outputs(folder):
         results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
@@ -173,3 +170,41 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, 
         time.sleep(0.5)  # the killed commands' own ends
         run([*command, "--out", folder])
         assert outputs(folder) == outputs(tmp_path / "reference"), f"{whom} killed after {delay:.1f} s"
+
+
+@pytest.mark.slow
+def test_every_option_changes_the_evaluation_or_is_refused(ende, tree, tmp_path, monkeypatch, capsys):
+    """No option of evaluate.sh is accepted and ignored: for an average and for one checkpoint,
+    each option changes what would be averaged, decoded or scored, or is refused with one line.
+    (The slow work is recorded, not done: the steps, fairseq-generate and the scoring.)"""
+    import itertools
+
+    from fairseq_csan.recipes import evaluate, score
+
+    runs = itertools.count()
+
+    def plan_of(base):
+        def plan(extra):
+            out = tmp_path / "walk" / str(next(runs))
+            record = []
+
+            def make(step, action, force=False, **_):
+                record.append((step.name, [str(p) for p in step.inputs], step.settings, force))
+                if step.name == "decode":
+                    action([out / "generate.txt.tmp", out / "generate.log.tmp"])
+
+            monkeypatch.setattr(evaluate, "make", make)
+            monkeypatch.setattr(evaluate, "decode", lambda command, gen, log, total, every:
+                                record.append(("fairseq-generate", command, total, every)))
+            monkeypatch.setattr(score, "main", lambda argv: record.append(("score", argv)))
+            refused = refusal_of(evaluate.main, ["--data", tree / "task", "--out", out, *base, *extra], capsys)
+            return repr(record).replace(str(out), "OUT"), refused
+        return plan
+
+    options = [["--data", ende["out"]], ["--checkpoints", ende["work"] / "ck_csan"], ["--out", tmp_path / "elsewhere"],
+               ["--last", "1"], ["--checkpoint", tree / "ck/checkpoint_last.pt"], ["--subset", "valid"],
+               ["--beam", "2"], ["--lenpen", "1.0"], ["--batch-size", "7"], ["--baseline", tree / "ev"],
+               ["--baseline", tree / "ev", "--bootstrap-samples", "10"], ["--bootstrap-samples", "10"],
+               ["--name", "mine"], ["--cpu"], ["--fp16"], ["--cpu", "--fp16"], ["--progress-every", "5"], ["--force"]]
+    for base in (["--checkpoints", tree / "ck", "--last", "2"], ["--checkpoint", tree / "ev/averaged.pt"]):
+        walk_options(plan_of(base), options)

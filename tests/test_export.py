@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from recipe_helpers import fake_task, lines, run, write
+from recipe_helpers import fake_task, lines, refusal_of, run, walk_options, write
 from test_translate import trained_task
 
 EXPORT = [sys.executable, "-m", "fairseq_csan.recipes.export"]
@@ -81,3 +81,33 @@ def test_exported_folder_translates_as_evaluate(tmp_path):
     done = export("--data", task, "--checkpoint", other, "--out", folder, "--force")
     assert done.returncode == 0 and "replaced" in done.stderr
     assert (folder / "model.pt").read_bytes() != before
+
+
+@pytest.mark.slow
+def test_every_option_changes_the_model_folder_or_is_refused(tree, tmp_path, capsys):
+    """No option of the export is accepted and ignored: each changes the folder written (or
+    whether an older export of its own is replaced), or is refused with one line."""
+    import itertools
+    import json
+    from pathlib import Path
+
+    from fairseq_csan.recipes import export as exporter
+
+    runs = itertools.count()
+    other = fake_task(tmp_path / "other")
+    write(other / "bpe/codes", ["#version: 0.2", "a b"])
+    base = ["--data", tree / "task", "--checkpoint", tree / "ev/averaged.pt"]
+
+    def plan(extra):
+        out = tmp_path / "walk" / str(next(runs))
+        if "--force" in extra:  # what --force is for: an older export in --out
+            exporter.main([str(a) for a in (*base, "--checkpoint", tree / "ck/checkpoint_last.pt", "--out", out)])
+        argv = [*base, "--out", out, *extra]
+        target = Path(argv[len(argv) - 1 - argv[::-1].index("--out") + 1])  # the last --out given
+        existed = target.exists()
+        refused = refusal_of(exporter.main, argv, capsys)
+        files = json.loads((target / "export.json").read_text())["files"] if refused is None else None
+        return repr((str(target).replace(str(out), "OUT"), existed, files)), refused
+
+    walk_options(plan, [["--data", other], ["--checkpoint", tree / "ck/checkpoint_last.pt"],
+                        ["--out", tmp_path / "elsewhere"], ["--force"]])

@@ -234,8 +234,7 @@ def test_evaluate_labels_results_from_the_checkpoint_evaluated(ende, tree, tmp_p
     shutil.copy(ende["work"] / "ck_base/train.log", base / "train.log")
     shutil.copy(tree / "ck/checkpoint_last.pt", base / "stray.pt")
     ev = tmp_path / "ev"
-    done = evaluate("--data", tree / "task", "--checkpoint", base / "stray.pt", "--out", ev, "--cpu",
-                    "--bootstrap-samples", "10")
+    done = evaluate("--data", tree / "task", "--checkpoint", base / "stray.pt", "--out", ev, "--cpu")
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import N_TEST, aspec_folder, check_prepared, head, lines, prepare_task, run
+from recipe_helpers import N_TEST, aspec_folder, check_prepared, head, lines, prepare_task, refusal_of, run, walk_options
 
 pytestmark = pytest.mark.slow
 
@@ -218,3 +218,64 @@ def test_the_commands_shown_in_prepare_sh_are_what_it_runs(ende):
     binarise = (steps["6."].replace("bpe/", f"{out}/bpe/").replace("--destdir data-bin", f"--destdir {out}/data-bin.tmp")
                 .replace("--workers N", "--workers 2"))
     assert learn in ran and binarise in ran, "\n".join(ran)
+
+
+# the settings examples/<task>/prepare.sh gives before the user's arguments
+PRESETS = {"multi30k_en_de": ["--joint-bpe", "1", "--clean-ratio", "1.5", "--default-merges", "8000"],
+           "wmt14_en_de": ["--joint-bpe", "1", "--clean-ratio", "1.5"]}
+
+
+@pytest.mark.parametrize("task", sorted(PRESETS))
+def test_every_option_changes_the_preparation_or_is_refused(task, ende, tmp_path, monkeypatch, capsys):
+    """No option of prepare.sh is accepted and ignored: with each preset, each option changes
+    what is read, written or run, or is refused with one line. (The steps are recorded, not
+    run.) --force and --no-download guard what would happen otherwise: each is checked where
+    it matters."""
+    import itertools
+    import shutil
+
+    from fairseq_csan.recipes import prepare as preparer
+
+    import sys
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # its tools
+    raw = raw_folder(tmp_path / "raw") if task == "multi30k_en_de" else ende["raw"]
+    shutil.copytree(raw, tmp_path / "raw_copy")
+    runs = itertools.count()
+
+    def plan(extra):
+        out = tmp_path / "walk" / str(next(runs))
+        record = []
+
+        def step(stp, *rest, **kwargs):
+            command = rest[0] if rest and isinstance(rest[0], list) else None
+            record.append((stp.name, [str(p) for p in stp.inputs], stp.settings, command))
+            if stp.name == "binarise":
+                rest[0]([out / "data-bin.tmp"])
+            for path in stp.outputs:  # what the next steps read
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+
+        monkeypatch.setattr(preparer, "make", step)
+        monkeypatch.setattr(preparer, "run", step)
+        monkeypatch.setattr(preparer, "call", lambda command, **_: record.append([str(c) for c in command]))
+        refused = refusal_of(preparer.main, [task, *PRESETS[task], "--raw-dir", raw, "--out", out, "--workers", "2",
+                                             *extra], capsys)
+        return repr(record).replace(str(out), "OUT"), refused
+
+    walk_options(plan, [["--raw-dir", tmp_path / "raw_copy"], ["--out", tmp_path / "elsewhere"], ["--merges", "50"],
+                        ["--workers", "1"], ["--list"]])
+    # the guards: --no-download refuses a missing corpus (no download tried); --force redoes
+    # a folder prepared with other settings, which is refused without it
+    (tmp_path / "raw_copy" / sorted(p.name for p in (tmp_path / "raw_copy").iterdir() if p.is_file())[0]).unlink() \
+        if task == "multi30k_en_de" else shutil.rmtree(tmp_path / "raw_copy/test-full")
+    monkeypatch.setattr(preparer.corpora, "download", lambda *a, **k: pytest.fail("a download was tried"),
+                        raising=False)
+    refused = refusal_of(preparer.main, [task, *PRESETS[task], "--raw-dir", tmp_path / "raw_copy", "--out",
+                                         tmp_path / "guarded", "--no-download"], capsys)
+    assert refused and not (tmp_path / "guarded/raw").exists(), refused
+    out = tmp_path / "walk" / "settled"
+    assert plan(["--out", out, "--merges", "50"])[1] is None
+    refused = plan(["--out", out])[1]
+    assert refused and "was prepared with other settings" in refused, refused
+    assert plan(["--out", out, "--force"])[1] is None

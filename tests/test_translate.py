@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import shared_corpus
-from recipe_helpers import fake_task, lines, run, write
+from recipe_helpers import fake_task, lines, refusal_of, run, walk_options, write
 
 from fairseq_csan.recipes.translate import pieces
 
@@ -167,3 +167,48 @@ def test_ende_translate_keeps_every_line_of_odd_input(ende, tmp_path):
     command[command.index("-")] = str(tmp_path / "bad.en")
     bad = subprocess.run(command + ["--force"], capture_output=True, text=True)
     assert bad.returncode == 2 and f"{tmp_path / 'bad.en'}:2: not UTF-8" in bad.stderr
+
+
+@pytest.mark.slow
+def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monkeypatch, capsys):
+    """No option of translate.py is accepted and ignored: with a model folder and with a task
+    and checkpoint, each option changes what is loaded, how it decodes or what is written, or
+    is refused with one line. (The model loads; the decoding and the writing are recorded.)"""
+    import itertools
+    import shutil
+
+    from fairseq_csan.recipes import translate
+
+    runs = itertools.count()
+    source = tree / "task/raw/test.en"
+    write(tmp_path / "other.en", lines(source)[:3])
+    shutil.copytree(tree / "model", tmp_path / "model_copy")
+
+    def plan_of(base):
+        def plan(extra):
+            out = tmp_path / "walk" / f"{next(runs)}.de"
+            if "--force" in extra:  # what --force is for: an output that is there already
+                write(out, ["an older translation"])
+            record = []
+
+            def decode(hub, lines_, beam, lenpen, every):
+                parameter = next(hub.parameters())
+                weights = float(sum(p.double().sum() for p in hub.parameters()))
+                record.append((hub.cfg.task.data, weights, hub.cfg.dataset.batch_size, str(parameter.device),
+                               str(parameter.dtype), lines_, beam, lenpen, every))
+                return lines_, lines_
+
+            monkeypatch.setattr(translate, "translate_lines", decode)
+            monkeypatch.setattr(translate, "write_atomically",
+                                lambda path, rows: record.append(("write", str(path), path.exists())))
+            refused = refusal_of(translate.main, [*base, "--input", source, "--output", out, "--cpu", *extra], capsys)
+            return repr(record).replace(str(out), "OUT"), refused
+        return plan
+
+    options = [["--data", tree / "task", "--checkpoint", tree / "ev/averaged.pt"], ["--data", tree / "task"],
+               ["--checkpoint", tree / "ck/checkpoint_last.pt"], ["--model", tmp_path / "model_copy"],
+               ["--input", tmp_path / "other.en"], ["--output", tmp_path / "elsewhere.de"], ["--beam", "2"],
+               ["--lenpen", "1.0"], ["--batch-size", "3"], ["--fp16"], ["--force"], ["--progress-every", "5"]]
+    walk_options(plan_of(["--model", tree / "model"]), options)
+    walk_options(plan_of(["--data", tree / "task", "--checkpoint", tree / "ev/averaged.pt"]),
+                 [o for o in options if o[0] not in ("--data", "--model")] + [["--model", tree / "model"]])

@@ -66,8 +66,8 @@ def parse(argv=None):
     p.add_argument("--batch-size", type=positive, default=128, metavar="N", help="sentences per batch (default 128)")
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="the --out of the baseline's evaluation: adds paired bootstrap resampling")
-    p.add_argument("--bootstrap-samples", type=positive, default=1000, metavar="N",
-                   help="resamples for the bootstrap (default 1000)")
+    p.add_argument("--bootstrap-samples", type=positive, metavar="N",
+                   help="resamples for the bootstrap, with --baseline (default 1000)")
     p.add_argument("--name", help="the system's name in tables (default: its architecture)")
     p.add_argument("--cpu", action="store_true", help="decode on the CPU")
     p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
@@ -83,6 +83,9 @@ def parse(argv=None):
                 "give one or the other")
     if args.cpu and args.fp16:
         p.error("--fp16 decodes on a GPU; leave out --cpu, or --fp16")
+    if args.bootstrap_samples is not None and args.baseline is None:
+        p.error("--bootstrap-samples sets the paired bootstrap against --baseline DIR; give --baseline too, "
+                "or leave it out")
     return args
 
 
@@ -277,7 +280,7 @@ def main(argv=None) -> None:
     score_args = ["score", "--generate-log", str(gen), "--decode-log", str(out / "generate.log"),
                   "--ref-tok", str(refs["tokenised reference"]), "--ref-raw", str(refs["raw reference"]),
                   "--lang", tgt, "--out", str(out), "--name", args.name or arch or out.name,
-                  "--task", task.task, "--bootstrap-samples", str(args.bootstrap_samples)]
+                  "--task", task.task]
     if arch:  # what the checkpoint itself says
         score_args += ["--arch", arch]
     if tgt == "de":
@@ -285,7 +288,7 @@ def main(argv=None) -> None:
     if run and (run_folder / "train.log").is_file():  # the training of the checkpoints evaluated
         score_args += ["--train-log", str(run_folder / "train.log")]
     if args.baseline:
-        score_args += ["--baseline", str(args.baseline)]
+        score_args += ["--baseline", str(args.baseline), "--bootstrap-samples", str(args.bootstrap_samples or 1000)]
     score.main(score_args)
 
 

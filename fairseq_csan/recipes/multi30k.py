@@ -163,8 +163,8 @@ def main_run(args, data, system, seed, env, sharing):
           "--", *MODEL, *training_args(args.max_update), *extra], run / "train.out", env)
     trained = time.time() - started
     call(["bash", ROOT / "scripts/evaluate.sh", "--data", data, "--checkpoints", run / "checkpoints",
-          "--out", run / "eval", *evaluate, "--last", "5", "--name", system,
-          "--bootstrap-samples", str(args.bootstrap_samples)], run / "eval.out", env)
+          "--out", run / "eval", *evaluate, "--last", "5", "--name", system],
+         run / "eval.out", env)
     (run / "timing.json").write_text(json.dumps({"train_s": trained, "total_s": time.time() - started, **sharing}) + "\n")
     (run / "done").write_text("")
     return run, time.time() - started

@@ -81,6 +81,12 @@ def parse(argv=None):
                         "when those folders hold files it did not write")
     p.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
     args = p.parse_args(argv)
+    if args.list:
+        given = [flag for flag in ("--raw-dir", "--out", "--merges", "--workers", "--no-download", "--force")
+                 if any(a == flag or a.startswith(flag + "=") for a in argv or sys.argv[1:])]
+        if given:
+            p.error(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be ignored; "
+                    "give --list alone")
     for name in ("merges", "workers"):
         value = getattr(args, name)
         if value is not None and value < 1:
