@@ -22,6 +22,7 @@ usage: scripts/gpu_check.sh [--out DIR] [--only tests,benchmark,multi30k] [--pre
   --multi30k-updates N   training updates per Multi30k run (default 6000: converged at this size)
   --multi30k-jobs N      Multi30k runs sharing the GPU at once (default 4)
   --dry-run              list what would run, and exit (works without a GPU)
+The options of a step that --only leaves out are refused (they would change nothing).
 EOF
 }
 
@@ -29,8 +30,9 @@ die() { echo "[gpu_check] error: $*" >&2; exit 2; }
 say() { echo "[gpu_check] $*" >&2; }
 
 out="$ROOT/runs/gpu_check" only="tests,benchmark,multi30k" updates=6000 jobs=4 dry_run=0
-precisions="fp32,fp16,bf16" lengths="$ROOT/data/wmt14_en_de/raw/test"
+precisions="fp32,fp16,bf16" lengths="$ROOT/data/wmt14_en_de/raw/test" given=" "
 while [ $# -gt 0 ]; do
+  given+="$1 "
   case "$1" in
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
     --only) only="${2:?--only needs a list}"; shift 2 ;;
@@ -53,6 +55,12 @@ IFS=, read -r -a steps <<< "$only"
 [ ${#steps[@]} -ge 1 ] || die "--only needs at least one of tests, benchmark, multi30k"
 for step in "${steps[@]}"; do
   case "$step" in tests|benchmark|multi30k) ;; *) die "--only takes tests, benchmark and multi30k, got '$step'" ;; esac
+done
+# a step's options with the step left out would be ignored: refused instead
+for pair in benchmark:--precisions benchmark:--lengths-from multi30k:--multi30k-updates multi30k:--multi30k-jobs; do
+  if [[ "$given" == *" ${pair#*:} "* && ",$only," != *",${pair%%:*},"* ]]; then
+    die "${pair#*:} sets the ${pair%%:*} step, which --only $only leaves out"
+  fi
 done
 IFS=, read -r -a precision_list <<< "$precisions"
 [ ${#precision_list[@]} -ge 1 ] || die "--precisions needs at least one of fp32, fp16, bf16"
@@ -84,6 +92,7 @@ for step in "${steps[@]}"; do
 done
 
 if [ "$dry_run" = 1 ]; then
+  say "the logs and tables would go to $out"
   for i in "${!names[@]}"; do echo "${names[$i]}: ${commands[$i]}"; done
   exit 0
 fi

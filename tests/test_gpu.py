@@ -179,6 +179,21 @@ def test_gpu_check_lists_a_command_for_every_step():
     assert f"--lengths-from {REPO}/data/wmt14_en_de/raw/test " in done.stdout  # the benchmark's own default
 
 
+@pytest.mark.parametrize("only", ["tests,benchmark,multi30k", "tests", "benchmark", "multi30k"])
+def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only):
+    """No option of gpu_check.sh is accepted and ignored: with each choice of steps, each
+    option changes the list of commands or is refused with one line."""
+    from recipe_helpers import walk_options
+
+    def plan(extra):
+        done = gpu_check("--only", only, "--dry-run", *extra)
+        return done.stdout + done.stderr, (done.stderr.strip() or f"exit {done.returncode}") if done.returncode else None
+
+    walk_options(plan, [["--out", "/o"], ["--only", "tests,benchmark"], ["--precisions", "fp16"],
+                        ["--lengths-from", "/d/newstest2014"], ["--multi30k-updates", "500"],
+                        ["--multi30k-jobs", "3"], ["--multi30k-jobs", "0"], ["--only", "tests,gpu"]])
+
+
 def test_gpu_check_reads_relative_paths_from_where_it_is_called(tmp_path):
     done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--only", "benchmark",
                            "--precisions", "fp16", "--out", "o", "--lengths-from", "d/test"],
@@ -216,7 +231,7 @@ def test_gpu_check_names_a_missing_length_source_before_anything(tmp_path):
     assert done.returncode == 2
     assert f"--lengths-from: no length source at {tmp_path}/none.en" in done.stderr
     assert not (tmp_path / "o").exists()
-    done = gpu_check("--out", str(tmp_path / "o"), "--only", "tests", "--lengths-from", str(tmp_path / "none"))
+    done = gpu_check("--out", str(tmp_path / "o"), "--only", "tests")
     assert done.returncode == 2 and "no CUDA device here" in done.stderr  # no benchmark, no length source needed
 
 
