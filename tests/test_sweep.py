@@ -46,3 +46,70 @@ def test_a_second_sweep_into_one_out_is_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", [[], ["--cpu-tiny"]], ids=["gpus", "cpu-tiny"])
+def test_every_option_changes_the_runs_or_is_refused(tmp_path, context):
+    """No option of sweep.sh is accepted and ignored: each changes a run's train.sh or
+    evaluate.sh command, or is refused with one line."""
+    from recipe_helpers import fake_task, walk_options
+
+    data = fake_task(tmp_path)
+    other = fake_task(tmp_path / "other")
+
+    def plan(extra):
+        done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", tmp_path / "sweep", "--dry-run", *context,
+                    *extra], check=False)
+        return done.stdout, (done.stderr.strip() or f"exit {done.returncode}") if done.returncode else None
+
+    options = [["--data", other], ["--out", tmp_path / "elsewhere"], ["--windows", "5"], ["--windows", ""],
+               ["--heads", "3"], ["--heads", ""], ["--window-2d", "7"], ["--heads", "", "--window-2d", "7"],
+               ["--last", "3"], ["--cpu-tiny"], ["--", "--max-update", "7"], ["--", "--", "--dropout", "0.2"],
+               ["--", "--gpus", "2"], ["--", "--size", "big"]]
+    walk_options(plan, [option for option in options if option[0] not in context])
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_second_sweep_into_one_out_is_refused(tmp_path):
+    """Two sweeps into one --out would overwrite each other's logs: the second is refused,
+    naming the first, before it writes anything."""
+    from recipe_helpers import fake_task, hold_lock
+
+    data, out = fake_task(tmp_path), tmp_path / "sweep"
+    holder = hold_lock(out, True)
+    try:
+        done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", out, "--windows", "3", "--heads", "",
+                    "--cpu-tiny"], check=False)
+        assert done.returncode == 2 and f"{out} is being written by a test writer (pid {holder.pid}" in done.stderr
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", [[], ["--cpu-tiny"]], ids=["gpus", "cpu-tiny"])
+def test_every_option_changes_the_runs_or_is_refused(tmp_path, context):
+    """No option of sweep.sh is accepted and ignored: each changes a run's train.sh or
+    evaluate.sh command, or is refused with one line."""
+    from recipe_helpers import fake_task, walk_options
+
+    data = fake_task(tmp_path)
+    other = fake_task(tmp_path / "other")
+
+    def plan(extra):
+        done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", tmp_path / "sweep", "--dry-run", *context,
+                    *extra], check=False)
+        return done.stdout, (done.stderr.strip() or f"exit {done.returncode}") if done.returncode else None
+
+    walk_options(plan, [["--data", other], ["--out", tmp_path / "elsewhere"], ["--windows", "5"], ["--windows", ""],
+                        ["--heads", "3"], ["--heads", ""], ["--window-2d", "7"], ["--heads", "", "--window-2d", "7"],
+                        ["--last", "3"], ["--cpu-tiny"], ["--", "--max-update", "7"], ["--", "--", "--dropout", "0.2"],
+                        ["--", "--gpus", "2", "--cpu-tiny"]] if [] == context else
+                 [["--last", "3"], ["--", "--max-update", "7"], ["--", "--gpus", "2"], ["--", "--size", "big"]])
+    assert not (tmp_path / "sweep").exists()
+    listed = plan([])[0].splitlines()
+    assert [line.split(":")[0] for line in listed] == [f"csan1d_window{m}" for m in (3, 5, 7, 9, 11, 13, 15)] + [
+        f"csan2d_heads{n}" for n in (1, 3, 5, 7)]
+    assert "--csan-window 11 --csan-heads 3 && bash" in listed[8]
