@@ -29,6 +29,7 @@
 #   MODEL_FLAGS  extra fairseq-train flags, appended last so they win
 #   TOY_ARGS     options for the toy corpus writer (default: "--train 20000 --valid 500 --test 500")
 #   FORCE=1      redo every step, replacing what WORK holds
+#   DRY_RUN=1    print the commands each step would run, and exit (nothing is written)
 # A rerun skips what is done and redoes what was made from changed inputs (docs/recipes.md).
 set -euo pipefail
 case "${1:-}" in
@@ -45,6 +46,7 @@ MODEL_FLAGS=${MODEL_FLAGS:-}
 FORCE=${FORCE:-0}
 TOY_ARGS=${TOY_ARGS:-}
 DEVICE=${DEVICE:-auto}
+DRY_RUN=${DRY_RUN:-0}
 if [ -z "$CORPUS" ]; then
   NAME=toy; MAX_UPDATE=${MAX_UPDATE:-400}; BPE_MERGES=${BPE_MERGES:-2000}; DIM=${DIM:-128}
 else
@@ -56,7 +58,7 @@ export PYTHONUNBUFFERED=1  # progress lines as they come
 
 say() { echo "[quickstart $(date +%H:%M:%S)] $*"; }
 die() { echo "[quickstart] error: $*" >&2; exit 1; }
-show() { printf '+'; printf ' %q' "$@"; echo; "$@"; }  # print a command, then run it
+show() { printf '+'; printf ' %q' "$@"; echo; [ "$DRY_RUN" = 1 ] || "$@"; }  # print a command, then run it
 
 # the settings, checked before anything is written
 command -v fairseq-train >/dev/null || die "fairseq-train not found; install first: bash scripts/install.sh"
@@ -68,13 +70,19 @@ LAYER_FLAGS=()
 case "$VARIANT" in none|standard) ;; *) LAYER_FLAGS=(--csan-layers 2) ;; esac
 case "$DEVICE" in
   auto) DEVICE=cpu; python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" && DEVICE=cuda ;;
-  cpu|cuda) ;;
+  cpu) ;;
+  cuda) python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
+          || die "DEVICE=cuda: torch sees no CUDA device here; DEVICE=cpu (or auto) trains on the CPU" ;;
   *) die "DEVICE must be auto, cpu or cuda, got '$DEVICE'" ;;
 esac
+for n in FORCE DRY_RUN; do
+  case "${!n}" in 0|1) ;; *) die "$n must be 0 or 1, got '${!n}'" ;; esac
+done
 for n in MAX_UPDATE DIM MAX_TOKENS BPE_MERGES; do
   [[ "${!n}" =~ ^[1-9][0-9]*$ ]] || die "$n must be a positive whole number, got '${!n}'"
 done
 if [ -n "$CORPUS" ]; then
+  [ -z "$TOY_ARGS" ] || die "TOY_ARGS sets the toy corpus, and CORPUS=$CORPUS replaces it; leave out one of them"
   [ -d "$CORPUS" ] || die "CORPUS=$CORPUS is not a folder"
   for f in train val test_2016_flickr; do for lang in en de; do
     [ -s "$CORPUS/$f.$lang" ] || die "missing $CORPUS/$f.$lang: CORPUS is Multi30k's raw files (train, val, test_2016_flickr; .en and .de); for another corpus or language pair, use the task recipes (docs/recipes.md)"
@@ -89,7 +97,7 @@ DATA=$WORK/data CKPT=$WORK/checkpoints/$ARCH RESULTS=$WORK/results/$ARCH
 say "1/5 corpus"
 if [ -z "$CORPUS" ]; then
   RAW=$WORK/raw
-  if [ "$FORCE" != 1 ] && [ -s "$RAW/test.de" ]; then say "  toy corpus already in $RAW; kept"
+  if [ "$FORCE" != 1 ] && [ "$DRY_RUN" != 1 ] && [ -s "$RAW/test.de" ]; then say "  toy corpus already in $RAW; kept"
   # shellcheck disable=SC2086
   else show python -m fairseq_csan.recipes.toy_corpus "$RAW" $TOY_ARGS; fi
   PREPARE=(python -m fairseq_csan.recipes.prepare toy_en_de --joint-bpe 1 --clean-ratio 1.5)
@@ -102,7 +110,7 @@ say "2/5 prepare: tokenise, clean, joint BPE ($BPE_MERGES merges), fairseq-prepr
 show "${PREPARE[@]}" --raw-dir "$RAW" --out "$DATA" --merges "$BPE_MERGES" --no-download "${FORCE_FLAG[@]}"
 
 say "3/5 train $ARCH for $MAX_UPDATE updates (a rerun resumes from $CKPT)"
-[ "$FORCE" = 1 ] && rm -rf "$CKPT"
+[ "$FORCE" = 1 ] && show rm -rf "$CKPT"
 HW=(--cpu-tiny)  # one CPU process, fp32
 [ "$DEVICE" = cuda ] && HW=(--gpus 1)
 SAVE_EVERY=$(( MAX_UPDATE / 8 > 2 ? MAX_UPDATE / 8 : 2 ))  # 8 checkpoints, for an average of 5
@@ -119,7 +127,8 @@ show bash "$ROOT/scripts/train.sh" --data "$DATA" --arch "$ARCH" --save-dir "$CK
   || die "training failed; see $CKPT/train.log"
 
 # the last 5 checkpoints, or all there are (fairseq skips an interval checkpoint at an epoch's end)
-LAST=$(find "$CKPT" -maxdepth 1 -name 'checkpoint_*_*.pt' | wc -l)
+LAST=5
+[ "$DRY_RUN" = 1 ] || LAST=$(find "$CKPT" -maxdepth 1 -name 'checkpoint_*_*.pt' | wc -l)
 [ "$LAST" -le 5 ] || LAST=5
 say "4/5 evaluate: average the last $LAST checkpoints, decode the test set (beam 4), score"
 EVAL_HW=()
@@ -130,6 +139,7 @@ show bash "$ROOT/scripts/evaluate.sh" --data "$DATA" --checkpoints "$CKPT" --out
 say "5/5 export a fairseq model folder"
 show python -m fairseq_csan.recipes.export --data "$DATA" --checkpoint "$RESULTS/averaged.pt" --out "$MODEL" \
   "${FORCE_FLAG[@]}"
+[ "$DRY_RUN" = 0 ] || { say "DRY_RUN=1: the commands above were listed, not run"; exit 0; }
 
 echo
 say "a few test sentences (source / reference / ours)"

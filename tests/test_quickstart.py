@@ -55,6 +55,37 @@ def quickstart(env, tmp_path):
                           timeout=120)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", [False, True], ids=["toy", "multi30k"])
+def test_every_setting_changes_the_commands_or_is_refused(tmp_path, corpus):
+    """No setting of the quick start is accepted and ignored: with the toy corpus and with
+    Multi30k, each changes the commands it runs (DRY_RUN=1 lists them) or is refused with one
+    line."""
+    import shutil
+
+    import torch
+
+    from recipe_helpers import walk_options
+
+    context = {"CORPUS": str(shared_corpus("multi30k_en_de"))} if corpus else {}
+    other = tmp_path / "m30k_copy"
+    shutil.copytree(shared_corpus("multi30k_en_de"), other)
+
+    def plan(extra):
+        done = quickstart({**context, "DRY_RUN": "1", **dict(extra)}, tmp_path)
+        refusal = done.stderr.strip() or f"exit {done.returncode}"
+        return re.sub(r"\d\d:\d\d:\d\d", "TIME", done.stdout), refusal if done.returncode else None
+
+    settings = [{"CORPUS": str(other)}, {"WORK": str(tmp_path / "elsewhere")}, {"ARCH": "transformer"},
+                {"MODEL": str(tmp_path / "model")}, {"DEVICE": "cuda"}, {"DEVICE": "gpu"}, {"MAX_UPDATE": "7"},
+                {"DIM": "64"}, {"MAX_TOKENS": "1000"}, {"BPE_MERGES": "100"}, {"MODEL_FLAGS": "--dropout 0.2"},
+                {"TOY_ARGS": "--train 100"}, {"FORCE": "1"}, {"FORCE": "yes"}, {"DRY_RUN": "2"}]
+    if torch.cuda.is_available():
+        settings.append({"DEVICE": "cpu"})  # auto is the CPU here
+    walk_options(plan, [setting.items() for setting in settings])
+    assert not (tmp_path / "work").exists()  # a dry run writes nothing
+
+
 def test_quickstart_errors_name_the_fix(tmp_path):
     corpus = tmp_path / "zh_en"
     for split in ("train", "val", "test"):
