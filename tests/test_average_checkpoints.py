@@ -133,3 +133,33 @@ def test_a_damaged_checkpoint_is_named(checkpoints, tmp_path):
     damaged.write_bytes(paths[-1].read_bytes()[:5000])  # a copy killed midway
     with pytest.raises(SystemExit, match=f"cannot read {damaged} \\(damaged or not a checkpoint"):
         average_checkpoints.average([*paths[:2], damaged])
+
+
+def test_every_option_changes_the_average_or_is_refused(checkpoints, tmp_path, capsys):
+    """No option of the averaging is accepted and ignored: each changes what is averaged, what
+    is printed or where it goes (or whether an existing file is replaced), or is refused with
+    one line."""
+    import itertools
+
+    from recipe_helpers import refusal_of, walk_options
+
+    _, paths, _ = checkpoints
+    runs = itertools.count()
+
+    def plan(extra):
+        out = tmp_path / "walk" / f"{next(runs)}.pt"
+        if "--force" in extra:  # what --force is for: an --output that is there already
+            out.parent.mkdir(exist_ok=True)
+            out.write_bytes(b"older")
+        argv = ["--dir", tmp_path, "--last", "2", "--output", out, *extra]
+        if "--output" in extra or "--list" in extra:
+            argv = argv[:4] + argv[6:]
+        target = extra[extra.index("--output") + 1] if "--output" in extra else out
+        existed = target.exists()
+        refused = refusal_of(average_checkpoints.main, argv, capsys)
+        written = torch.load(target, map_location="cpu")["extra_state"]["averaged_from"] if refused is None \
+            and target.exists() else None
+        return repr((str(target).replace(str(out), "OUT"), existed, written, capsys.readouterr().out)), refused
+
+    walk_options(plan, [["--last", "3"], ["--inputs", *paths[:2]], ["--dir", tmp_path / "walk"],
+                        ["--output", tmp_path / "elsewhere.pt"], ["--force"], ["--list"], ["--list", "--force"]])

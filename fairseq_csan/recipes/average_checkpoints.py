@@ -17,6 +17,7 @@ An existing --output is never overwritten without --force.
 """
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -145,6 +146,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.output is None and not args.list:
         parser.error("--output is required (or --list)")
+    if args.list and (args.output is not None or args.force):
+        parser.error("--list prints the checkpoints and exits; --output and --force would be ignored: give one or "
+                     "the other")
     if args.dir is not None and (args.last is None or args.last < 1):
         parser.error("--dir needs --last N with N >= 1")
     if args.inputs is not None and args.last is not None:
@@ -153,18 +157,30 @@ def main(argv=None):
     if args.list:
         print("\n".join(str(p) for p in paths))
         return
-    from .ownership import Refusal, refuse_overlaps
+    from .ownership import Refusal, WriterLock, check_writable, refuse_overlaps, unique_temporary
+
+    def check_output():
+        if args.output.exists() and not args.force:
+            raise SystemExit(f"average_checkpoints: {args.output} exists; pass --force to overwrite it")
 
     try:  # --force never replaces a checkpoint that is being averaged
         refuse_overlaps({"--output": args.output}, {f"input {i + 1}": p for i, p in enumerate(paths)})
+        check_writable(args.output, "--output")
+        check_output()
+        held = WriterLock(args.output, folder=False, what="average_checkpoints").acquire()
     except Refusal as error:
         raise SystemExit(f"average_checkpoints: {error}")
-    if args.output.exists() and not args.force:
-        raise SystemExit(f"average_checkpoints: {args.output} exists; pass --force to overwrite it")
+    check_output()  # again under the lock: a run that just ended may have written it
     print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}", file=sys.stderr)
     averaged = average(paths)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    torch_persistent_save(averaged, str(args.output))
+    part = unique_temporary(args.output)
+    try:
+        torch_persistent_save(averaged, str(part))
+        os.replace(part, args.output)
+    finally:
+        part.unlink(missing_ok=True)
+        held.release()
     print(f"average_checkpoints: wrote {args.output}", file=sys.stderr)
 
 
