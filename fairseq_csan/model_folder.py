@@ -3,8 +3,10 @@ fairseq loads it.
 
 export.json lists the SHA-256 of every file of the folder (model.pt, the dictionaries,
 bpecodes). With the plugin imported, fairseq's ``from_pretrained`` (``hub_utils.from_pretrained``,
-which ``TransformerModel.from_pretrained`` and translate.py call) checks them first, and stops
-with the name of a file that is missing or differs: a cut ``bpecodes`` or two swapped dictionary
+which ``TransformerModel.from_pretrained`` and translate.py call) and its checkpoint loader
+(``checkpoint_utils.load_model_ensemble_and_task``, which fairseq-interactive and
+fairseq-generate call with ``--path FOLDER/model.pt``, the csan_recipe tokenizer's usual
+company) check them first, and stop with the name of a file that is missing or differs: a cut ``bpecodes`` or two swapped dictionary
 lines would otherwise translate wrongly with no error, and a missing ``bpecodes`` would make
 fairseq read one from the current folder (the exported configuration names it relatively).
 A folder is hashed once per process while its files are unchanged. Folders without
@@ -16,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from fairseq import hub_utils
+from fairseq import checkpoint_utils, hub_utils
 
 _checked = {}  # folder -> the files' identities when they were last found intact
 
@@ -81,3 +83,18 @@ def _verifying(from_pretrained):
 
 if not hasattr(hub_utils.from_pretrained, "__wrapped__"):
     hub_utils.from_pretrained = _verifying(hub_utils.from_pretrained)
+
+
+def _verifying_checkpoints(load):
+    def wrapped(filenames, *args, **kwargs):
+        for name in filenames:  # a checkpoint inside a model folder: the folder first
+            verify(os.path.dirname(os.path.abspath(str(name))))
+        return load(filenames, *args, **kwargs)
+
+    wrapped.__wrapped__ = load
+    wrapped.__doc__ = load.__doc__
+    return wrapped
+
+
+if not hasattr(checkpoint_utils.load_model_ensemble_and_task, "__wrapped__"):
+    checkpoint_utils.load_model_ensemble_and_task = _verifying_checkpoints(checkpoint_utils.load_model_ensemble_and_task)
