@@ -1,7 +1,8 @@
 """fairseq_csan/recipes/ownership.py and the commands that follow it: an output never overlaps
 an input, one writer per output, only what a command wrote is replaced. Each case of the
 user's files that a command once deleted or mixed up, as its user would meet it; and a
-property test: no refused command, under any of these flags, changes a file it did not write."""
+property test: no command, refused under any of these flags or run to the end, changes a file
+it did not write."""
 
 import hashlib
 import os
@@ -20,6 +21,7 @@ from recipe_helpers import hold_lock, lines, run, write
 
 from fairseq_csan.recipes import ownership
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
+from fairseq_csan.recipes.evaluate import OUTPUTS
 from fairseq_csan.recipes.ownership import Refusal, WriterLock, foreign_files, overlap, refuse_overlaps
 
 
@@ -295,3 +297,39 @@ def test_one_process_is_one_writer(tmp_path):
     assert WriterLock(tmp_path / "out", folder=True, what="me again").acquire() is first
     first.release()
     assert not (tmp_path / "out/.lock").exists()
+
+
+@pytest.mark.slow
+def test_no_command_that_succeeds_changes_a_file_it_did_not_write(tree, tmp_path):
+    """The other half of the property: each writing command, run to the end (a new output, and
+    --force over its own earlier output beside a file of the user's), changes nothing outside
+    what it owns."""
+    task, ck, model = tree / "task", tree / "ck", tree / "model"
+    shutil.copytree(tree / "ev", tmp_path / "ev")
+    shutil.copytree(model, tmp_path / "model")
+    for folder in (tmp_path / "ev", tmp_path / "model"):
+        write(folder.parent / f"{folder.name}_notes.txt", ["the user's notes, beside the output"])
+    write(tmp_path / "ev/notes.txt", ["the user's notes, inside an evaluation folder"])
+    before = {**snapshot(tree), **snapshot(tmp_path)}
+    owned = {  # each command and what it may write
+        "evaluate": (evaluate("--data", task, "--checkpoints", ck, "--last", "2", "--out", tmp_path / "ev_new", "--cpu"),
+                     [tmp_path / "ev_new"]),
+        "evaluate --force": (evaluate("--data", task, "--checkpoints", ck, "--last", "2", "--beam", "2", "--out",
+                                      tmp_path / "ev", "--cpu", "--force"),
+                             [tmp_path / "ev" / name for name in ("evaluation.env", ".steps", ".lock", *OUTPUTS)]),
+        "export --force": (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out",
+                               tmp_path / "model", "--force"), [tmp_path / "model"]),
+        "translate": (kit("translate", "--model", model, "--input", task / "raw/test.en", "--output",
+                          tmp_path / "out.de", "--cpu"), [tmp_path / "out.de", tmp_path / "out.de.tok"]),
+        "average": (kit("average_checkpoints", "--dir", ck, "--last", "2", "--output", tmp_path / "avg.pt"),
+                    [tmp_path / "avg.pt"]),
+    }
+    for name, (done, _) in owned.items():
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+    after = {**snapshot(tree), **snapshot(tmp_path)}
+    allowed = [Path(p) for _, paths in owned.values() for p in paths]
+    changed = [path for path in set(before) | set(after) if before.get(path) != after.get(path)
+               and not any(Path(path) == p or p in Path(path).parents for p in allowed)]
+    assert not changed, changed
+    assert before[str(tmp_path / "ev/notes.txt")] == after[str(tmp_path / "ev/notes.txt")]
+    assert after[str(tmp_path / "model/model.pt")] != before[str(tmp_path / "model/model.pt")]  # it did replace its own
