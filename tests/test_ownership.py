@@ -333,3 +333,21 @@ def test_no_command_that_succeeds_changes_a_file_it_did_not_write(tree, tmp_path
     assert not changed, changed
     assert before[str(tmp_path / "ev/notes.txt")] == after[str(tmp_path / "ev/notes.txt")]
     assert after[str(tmp_path / "model/model.pt")] != before[str(tmp_path / "model/model.pt")]  # it did replace its own
+
+
+@pytest.mark.slow
+def test_export_and_averaging_take_one_writer(tree, tmp_path):
+    """A second export into one --out, or a second averaging into one --output, is refused with
+    one line naming the first; nothing is written."""
+    for output, command in (
+            (tmp_path / "model", ["export", "--data", tree / "task", "--checkpoint", tree / "ev/averaged.pt", "--out"]),
+            (tmp_path / "avg.pt", ["average_checkpoints", "--dir", tree / "ck", "--last", "2", "--output"])):
+        holder = hold_lock(output, False)
+        try:
+            done = kit(*command, output)
+            assert done.returncode != 0 and f"{output} is being written by a test writer (pid {holder.pid}" \
+                in done.stderr, done.stderr[-2000:]
+            assert "Traceback" not in done.stderr and not output.exists()
+        finally:
+            holder.kill()
+            holder.wait()
