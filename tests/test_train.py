@@ -446,6 +446,11 @@ def test_ende_warm_start_from_another_variant(ende, tmp_path):
         assert f"warm start from {pretrained} (--arch transformer_csan2d) into --arch {arch}" in done.stdout
         assert "num_updates=2," in done.stdout
     assert "parameters of this model keep their initial values" in done.stdout  # the gates of ctxaware
+    # into fairseq's own Transformer: our settings and the variant's own weights are left out
+    done = train_tiny(ende["out"], tmp_path / "stock", "transformer", "--max-update", 2, "--",
+                      "--finetune-from-model", pretrained)
+    assert f"warm start from {pretrained} into fairseq's own --arch transformer: the shared weights are loaded; " \
+        in done.stdout and "csan_model_settings" in done.stdout and "num_updates=2," in done.stdout
 
 
 @pytest.mark.slow

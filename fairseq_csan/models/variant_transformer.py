@@ -261,13 +261,41 @@ def _marking_warm_starts(load_checkpoint):
                 and not os.path.exists(last))  # fairseq's own condition for a warm start
         if warm:
             _WARM_STARTS.append(cfg.finetune_from_model)
+        model = trainer.get_model() if hasattr(trainer, "get_model") else None
+        foreign = warm and model is not None and not isinstance(model, VariantTransformerModel)
+        if foreign:  # into fairseq's own model, which has no hook of ours: its reader does the same
+            reader = checkpoint_utils.load_checkpoint_to_cpu
+            arch = getattr(trainer.cfg.model, "arch", None) or getattr(trainer.cfg.model, "_name", "?")
+            checkpoint_utils.load_checkpoint_to_cpu = _only_the_weights_of(reader, model, cfg.finetune_from_model, arch)
         try:
             return load_checkpoint(cfg, trainer, *args, **kwargs)
         finally:
+            if foreign:
+                checkpoint_utils.load_checkpoint_to_cpu = reader
             if warm:
                 _WARM_STARTS.pop()
 
     wrapped.__wrapped__ = load_checkpoint
+    return wrapped
+
+
+def _only_the_weights_of(read, model, source, arch):
+    """``read`` (fairseq's checkpoint reader) for a warm start into ``model``, one of fairseq's
+    own: the checkpoint's weights that the model does not have (our settings, a variant's own
+    parameters) are left out, and the log says which; a weight the checkpoint lacks stays an
+    error of fairseq's strict load, naming it."""
+    def wrapped(*args, **kwargs):
+        state = read(*args, **kwargs)
+        own = set(model.state_dict())
+        dropped = sorted(k for k in state["model"] if k not in own)
+        for k in dropped:
+            del state["model"][k]
+        logger.warning(
+            f"fairseq_csan: warm start from {source} into fairseq's own --arch {arch}: the shared weights are loaded"
+            + (f"; {len(dropped)} of the checkpoint are not used ({', '.join(dropped[:4])}"
+               f"{' ...' if len(dropped) > 4 else ''})" if dropped else ""))
+        return state
+
     return wrapped
 
 
