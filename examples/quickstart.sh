@@ -7,7 +7,7 @@
 #   4 evaluate  scripts/evaluate.sh: the last 5 checkpoints averaged, beam 4, BLEU and chrF
 #   5 export    a fairseq model folder (fairseq_csan.recipes.export), and one sentence
 #               translated with TransformerModel.from_pretrained(folder)
-# About 6 minutes on 2 CPU cores with the toy corpus, about 25 with Multi30k.
+# How long it takes, and what it prints: docs/recipes.md (The quick start), measured with its date.
 #
 # usage: bash examples/quickstart.sh
 #        CORPUS=data/multi30k_raw bash examples/quickstart.sh   (Multi30k unpacked as the README says)
