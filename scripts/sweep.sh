@@ -69,13 +69,21 @@ refusal=$(bash "$ROOT/scripts/train.sh" --data "$data" --arch transformer_csan1d
   "${train_args[@]}" -- "${fairseq_args[@]}" 2>&1 > /dev/null) \
   || die "scripts/train.sh refuses these options: $(tail -n 1 <<< "$refusal" | sed 's/^\[train\] error: //')"
 
-# one sweep at a time in an --out (a second one would overwrite the first's logs); the kernel
-# frees the lock when this script ends, however it ends
+# one writer per run folder, every lock taken before any run starts: a second sweep with a run
+# of this one is refused at once (it would overwrite that run's logs); sweeps of other points
+# share the --out (the Multi30k reproduction runs its points side by side). The kernel frees the
+# locks when this script ends, however it ends.
+names=()
+for m in $windows; do names+=("csan1d_window$m"); done
+for n in $heads; do names+=("csan2d_heads$n"); done
 [ "$dry_run" = 1 ] || mkdir -p "$out"
 if [ "$dry_run" = 0 ] && command -v flock > /dev/null; then
-  exec 9>>"$out/.lock"
-  flock -n 9 || die "$out is being written by $(cat "$out/.lock"); wait for it to end, or give another --out"
-  : > "$out/.lock"; echo "sweep.sh (pid $$, since $(date +%H:%M:%S))" >> "$out/.lock"
+  for name in "${names[@]}"; do
+    lock="$out/.$name.lock"
+    exec {fd}>>"$lock"
+    flock -n "$fd" || die "$out/$name is being written by $(cat "$lock"); wait for it to end, or give another --out"
+    : > "$lock"; echo "sweep.sh (pid $$, since $(date +%H:%M:%S))" >> "$lock"
+  done
 fi
 
 quoted() { local q; q=$(printf '%q ' "$@"); printf '%s' "${q% }"; }
@@ -102,5 +110,5 @@ run() {  # run NAME KIND VALUE ARCH FLAGS...
 
 for m in $windows; do run "csan1d_window$m" window "$m" transformer_csan1d --csan-window "$m"; done
 for n in $heads; do run "csan2d_heads$n" heads "$n" transformer_csan2d --csan-window "$window_2d" --csan-heads "$n"; done
-[ "$dry_run" = 1 ] && exit 0
+[ "$dry_run" = 0 ] || exit 0
 echo "[sweep] done; plot with: python -m fairseq_csan.recipes.analysis.window_sweep --sweep $out --out DIR" >&2

@@ -155,8 +155,8 @@ def hold_lock(target, folder):
 
 
 def refusal_of(main, argv, capsys):
-    """Run a command's ``main(argv)`` in this process: (None, None) when it ends normally, else
-    (None, its one-line refusal); its standard error is read from ``capsys``."""
+    """Run a command's ``main(argv)`` in this process: None when it ends normally, else its
+    refusal (the last line it wrote); its standard error is read from ``capsys``."""
     try:
         main([str(a) for a in argv])
     except SystemExit as stop:
@@ -167,17 +167,25 @@ def refusal_of(main, argv, capsys):
     return None
 
 
-def walk_options(plan, options):
+def walk_options(plan, options, against=None):
     """No option is accepted and ignored: ``plan(extra)`` returns (what the command would do
     with the extra arguments, its refusal or None); each option either changes the first or
-    is refused with one line."""
+    is refused with one line. ``against`` maps an option (its words) to the arguments it is
+    compared with instead of none (an option that needs another: --bootstrap-samples against
+    --baseline alone)."""
     baseline, refused = plan([])
     assert refused is None, f"the baseline is refused: {refused}"
     ignored = []
     for option in options:
+        reference = (against or {}).get(tuple(map(str, option)))
+        if reference is not None:
+            baseline, refused = plan(list(reference))
+            assert refused is None, f"{reference} is refused: {refused}"
         changed, refused = plan(list(option))
         if refused is not None:
             assert refused.strip() and "\n" not in refused.strip() and "Traceback" not in refused, (option, refused)
         elif changed == baseline:
             ignored.append(" ".join(map(str, option)))
+        if reference is not None:
+            baseline, _ = plan([])
     assert not ignored, f"accepted, and changing nothing: {ignored}"

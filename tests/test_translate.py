@@ -193,7 +193,7 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
 
             def decode(hub, lines_, beam, lenpen, every):
                 parameter = next(hub.parameters())
-                weights = float(sum(p.double().sum() for p in hub.parameters()))
+                weights = float(sum(p.detach().double().sum() for p in hub.parameters()))
                 record.append((hub.cfg.task.data, weights, hub.cfg.dataset.batch_size, str(parameter.device),
                                str(parameter.dtype), lines_, beam, lenpen, every))
                 return lines_, lines_

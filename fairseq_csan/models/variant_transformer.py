@@ -281,11 +281,13 @@ def _marking_warm_starts(load_checkpoint):
 
 def _only_the_weights_of(read, model, source, arch):
     """``read`` (fairseq's checkpoint reader) for a warm start into ``model``, one of fairseq's
-    own: the checkpoint's weights that the model does not have (our settings, a variant's own
-    parameters) are left out, and the log says which; a weight the checkpoint lacks stays an
+    own: of a checkpoint of our models, the weights that the model does not have (our settings, a
+    variant's own parameters) are left out, and the log says which; a weight the checkpoint lacks stays an
     error of fairseq's strict load, naming it."""
     def wrapped(*args, **kwargs):
         state = read(*args, **kwargs)
+        if not any(k.endswith(VariantTransformerModel.SETTINGS_KEY) for k in state["model"]):
+            return state  # not a checkpoint of ours: fairseq's own upgrades and checks, as always
         own = set(model.state_dict())
         dropped = sorted(k for k in state["model"] if k not in own)
         for k in dropped:

@@ -170,12 +170,13 @@ def main(argv=None):
         held = WriterLock(args.output, folder=False, what="average_checkpoints").acquire()
     except Refusal as error:
         raise SystemExit(f"average_checkpoints: {error}")
-    check_output()  # again under the lock: a run that just ended may have written it
-    print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}", file=sys.stderr)
-    averaged = average(paths)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     part = unique_temporary(args.output)
     try:
+        check_output()  # again under the lock: a run that just ended may have written it
+        print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}",
+              file=sys.stderr)
+        averaged = average(paths)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
         torch_persistent_save(averaged, str(part))
         os.replace(part, args.output)
     finally:

@@ -73,7 +73,7 @@ def parse(argv=None):
     p.add_argument("--out", type=Path, metavar="DIR", help=f"output folder (default: data/{known.task})")
     p.add_argument("--merges", type=int, metavar="N",
                    help=f"BPE merge operations (default: {known.default_merges}{known.default_merges_why})")
-    p.add_argument("--workers", type=int, metavar="N", default=os.cpu_count() or 4,
+    p.add_argument("--workers", type=int, metavar="N",
                    help="processes for tokenisation, BPE and binarisation (default: all cores)")
     p.add_argument("--no-download", action="store_true", help="never download; stop with a message when a corpus is missing")
     p.add_argument("--force", action="store_true",
@@ -82,8 +82,9 @@ def parse(argv=None):
     p.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
     args = p.parse_args(argv)
     if args.list:
-        given = [flag for flag in ("--raw-dir", "--out", "--merges", "--workers", "--no-download", "--force")
-                 if any(a == flag or a.startswith(flag + "=") for a in argv or sys.argv[1:])]
+        given = [flag for flag, value in (("--raw-dir", args.raw_dir), ("--out", args.out), ("--merges", args.merges),
+                                          ("--workers", args.workers), ("--no-download", args.no_download),
+                                          ("--force", args.force)) if value not in (None, False)]
         if given:
             p.error(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be ignored; "
                     "give --list alone")
@@ -167,7 +168,7 @@ def main(argv=None) -> None:
         die(str(e))
     tools = text.versions()
     (out / "tools.txt").write_text("".join(f"{k}\t{v}\n" for k, v in tools.items()), encoding="utf-8")
-    stamps, workers, started = task.stamps, args.workers, time.time()
+    stamps, workers, started = task.stamps, args.workers or os.cpu_count() or 4, time.time()
 
     def step(label, short, step_name, inputs, outputs, action, **settings_):
         return make(Step(stamps, step_name, inputs, outputs, settings_), action, prefix=prefix, what=label, short=short)

@@ -90,8 +90,13 @@ def load(args):
             check_dictionaries(state, task, args.checkpoint)
         except ExportError as error:
             raise SystemExit(f"translate: {error}")
-        models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task(
-            [str(args.checkpoint)], arg_overrides=overrides, state=state)  # read once
+        from fairseq_csan.model_folder import DamagedModelFolder
+
+        try:
+            models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task(
+                [str(args.checkpoint)], arg_overrides=overrides, state=state)  # read once
+        except DamagedModelFolder as error:  # a checkpoint inside a model folder: the folder is checked
+            raise SystemExit(f"translate: {error}")
         hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
     if getattr(hub.cfg.tokenizer, "_name", None) != "csan_recipe":
         raise SystemExit(f"translate: {args.model} has no recipe tokenizer in its configuration; export it with "
