@@ -15,7 +15,8 @@ and omegaconf take the range that both fairseq 0.12.2's pins (hydra-core 1.0.x, 
 
 from setuptools import find_packages, setup
 
-RECIPES = ["sacremoses>=0.1", "jieba>=0.42", "fugashi>=1.3", "unidic-lite>=1.0.8"]
+# sacreBLEU's ja-mecab tokeniser (scores of a Japanese target) needs mecab-python3 and ipadic
+RECIPES = ["sacremoses>=0.1", "jieba>=0.42", "fugashi>=1.3", "unidic-lite>=1.0.8", "mecab-python3>=1.0.5", "ipadic>=1.0"]
 ANALYSIS = ["matplotlib>=3.5"]
 LOGGING = ["tensorboard>=2.10", "tensorboardX"]
 

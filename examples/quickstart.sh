@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: the task recipes' own pipeline at a small size, offline.
-#   1 corpus    a toy En-De corpus (fairseq_csan.recipes.toy_corpus), or Multi30k from CORPUS
-#   2 prepare   Moses tokenisation, joint BPE, fairseq-preprocess (fairseq_csan.recipes.prepare,
-#               as examples/*/prepare.sh)
+#   1 corpus    a toy En-De corpus (fairseq_csan.recipes.toy_corpus), or your own from CORPUS
+#   2 prepare   each language's tokenisation, joint BPE, fairseq-preprocess
+#               (fairseq_csan.recipes.prepare, as examples/*/prepare.sh)
 #   3 train     scripts/train.sh: a small ARCH model (fairseq-train --user-dir fairseq_csan)
 #   4 evaluate  scripts/evaluate.sh: the last 5 checkpoints averaged, beam 4, BLEU and chrF
 #   5 export    a fairseq model folder (fairseq_csan.recipes.export), and one sentence
@@ -11,12 +11,17 @@
 #
 # usage: bash examples/quickstart.sh
 #        CORPUS=data/multi30k_raw bash examples/quickstart.sh   (Multi30k unpacked as the README says)
+#        CORPUS=DIR SRC=fr TGT=en bash examples/quickstart.sh     (any language pair, either direction)
 #        bash examples/quickstart.sh --help                       (this text)
 #
 # Settings (environment variables):
-#   CORPUS       a folder with Multi30k's raw files (train, val and test_2016_flickr, .en and
-#                .de). Default: the toy corpus, written to WORK/raw
-#   WORK         output folder (default work/quickstart/<toy or the corpus folder's name>)
+#   CORPUS       a folder of line-aligned UTF-8 files in both languages: train.SRC/.TGT, val or
+#                valid, and one or more test* (the first in name order is the test set; Multi30k's
+#                own names work as they are). Default: the toy corpus, written to WORK/raw
+#   SRC, TGT     the languages, as the files' suffixes (default en and de); the toy corpus is
+#                English-German (en-de or de-en)
+#   WORK         output folder (default work/quickstart/<toy or the corpus folder's name>, with
+#                _SRC_TGT added for a pair other than en-de)
 #   ARCH         architecture (default transformer_csan2d): any registered one, fairseq's
 #                transformer and our baselines included; a variant goes in the lower 2 of 3
 #                encoder layers
@@ -40,6 +45,8 @@ esac
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CORPUS=${CORPUS:-}
+SRC=${SRC:-en}
+TGT=${TGT:-de}
 ARCH=${ARCH:-transformer_csan2d}
 MAX_TOKENS=${MAX_TOKENS:-4096}
 MODEL_FLAGS=${MODEL_FLAGS:-}
@@ -52,6 +59,7 @@ if [ -z "$CORPUS" ]; then
 else
   NAME=$(basename "$CORPUS"); MAX_UPDATE=${MAX_UPDATE:-600}; BPE_MERGES=${BPE_MERGES:-8000}; DIM=${DIM:-256}
 fi
+[ "$SRC-$TGT" = en-de ] || NAME=${NAME}_${SRC}_$TGT
 WORK=${WORK:-work/quickstart/$NAME}
 if [ "$ARCH" = transformer_csan2d ]; then MODEL=${MODEL:-$WORK/model}; else MODEL=${MODEL:-$WORK/model_$ARCH}; fi
 export PYTHONUNBUFFERED=1  # progress lines as they come
@@ -75,6 +83,12 @@ case "$DEVICE" in
           || die "DEVICE=cuda: torch sees no CUDA device here; DEVICE=cpu (or auto) trains on the CPU" ;;
   *) die "DEVICE must be auto, cpu or cuda, got '$DEVICE'" ;;
 esac
+for n in SRC TGT; do
+  [[ "${!n}" =~ ^[a-z]{2,3}(_[A-Za-z0-9]+)?$ ]] || die "$n must be a language code as the files' suffix (en, fr, zh, pt_BR), got '${!n}'"
+done
+[ "$SRC" != "$TGT" ] || die "SRC and TGT are both $SRC: give two languages"
+[ -n "$CORPUS" ] || [ "$SRC-$TGT" = en-de ] || [ "$SRC-$TGT" = de-en ] \
+  || die "SRC=$SRC TGT=$TGT: the toy corpus is English-German (en-de or de-en); give CORPUS=DIR for another pair"
 for n in FORCE DRY_RUN; do
   case "${!n}" in 0|1) ;; *) die "$n must be 0 or 1, got '${!n}'" ;; esac
 done
@@ -84,9 +98,15 @@ done
 if [ -n "$CORPUS" ]; then
   [ -z "$TOY_ARGS" ] || die "TOY_ARGS sets the toy corpus, and CORPUS=$CORPUS replaces it; leave out one of them"
   [ -d "$CORPUS" ] || die "CORPUS=$CORPUS is not a folder"
-  for f in train val test_2016_flickr; do for lang in en de; do
-    [ -s "$CORPUS/$f.$lang" ] || die "missing $CORPUS/$f.$lang: CORPUS is Multi30k's raw files (train, val, test_2016_flickr; .en and .de); for another corpus or language pair, use the task recipes (docs/recipes.md)"
-  done; done
+  VALID=val; [ -e "$CORPUS/val.$SRC" ] || [ ! -e "$CORPUS/valid.$SRC" ] || VALID=valid
+  TESTS=()
+  for f in "$CORPUS"/test*."$SRC"; do [ -e "$f" ] && TESTS+=("$(basename "$f" ".$SRC")"); done
+  need() { for lang in "$SRC" "$TGT"; do
+    [ -s "$CORPUS/$1.$lang" ] || die "missing $CORPUS/$1.$lang: CORPUS holds train, val (or valid) and test* files, each in $SRC and $TGT (SRC and TGT set the languages)"
+  done; }
+  need train; need "$VALID"
+  [ ${#TESTS[@]} -gt 0 ] || die "CORPUS=$CORPUS holds no test set test*.$SRC (with its test*.$TGT)"
+  for f in "${TESTS[@]}"; do need "$f"; done
 fi
 FORCE_FLAG=()
 [ "$FORCE" = 1 ] && FORCE_FLAG=(--force)
@@ -100,14 +120,20 @@ if [ -z "$CORPUS" ]; then
   if [ "$FORCE" != 1 ] && [ "$DRY_RUN" != 1 ] && [ -s "$RAW/test.de" ]; then say "  toy corpus already in $RAW; kept"
   # shellcheck disable=SC2086
   else show python -m fairseq_csan.recipes.toy_corpus "$RAW" $TOY_ARGS; fi
-  PREPARE=(python -m fairseq_csan.recipes.prepare toy_en_de --joint-bpe 1 --clean-ratio 1.5)
+  if [ "$SRC" = en ]; then
+    PREPARE=(python -m fairseq_csan.recipes.prepare toy_en_de --joint-bpe 1 --clean-ratio 1.5 --raw-dir "$RAW" --no-download)
+  else  # German-English: the toy corpus as your own files
+    PREPARE=(python -m fairseq_csan.recipes.prepare files --src de --tgt en --train "$RAW/train" --valid "$RAW/val" --test "$RAW/test")
+  fi
 else
-  RAW=$CORPUS
-  PREPARE=(bash "$ROOT/examples/multi30k/prepare.sh")
+  TEST_FLAGS=()
+  for f in "${TESTS[@]}"; do TEST_FLAGS+=(--test "$CORPUS/$f"); done
+  PREPARE=(python -m fairseq_csan.recipes.prepare files --src "$SRC" --tgt "$TGT" --train "$CORPUS/train"
+           --valid "$CORPUS/$VALID" "${TEST_FLAGS[@]}")
 fi
 
-say "2/5 prepare: tokenise, clean, joint BPE ($BPE_MERGES merges), fairseq-preprocess"
-show "${PREPARE[@]}" --raw-dir "$RAW" --out "$DATA" --merges "$BPE_MERGES" --no-download "${FORCE_FLAG[@]}"
+say "2/5 prepare: tokenise, clean, joint BPE (up to $BPE_MERGES merges), fairseq-preprocess"
+show "${PREPARE[@]}" --out "$DATA" --merges "$BPE_MERGES" "${FORCE_FLAG[@]}"
 
 say "3/5 train $ARCH for $MAX_UPDATE updates (a rerun resumes from $CKPT)"
 [ "$FORCE" = 1 ] && show rm -rf "$CKPT"
@@ -144,12 +170,12 @@ show python -m fairseq_csan.recipes.export --data "$DATA" --checkpoint "$RESULTS
 echo
 say "a few test sentences (source / reference / ours)"
 for i in 1 2 3; do
-  echo "  SRC: $(sed -n "${i}p" "$DATA/raw/test.en")"
-  echo "  REF: $(sed -n "${i}p" "$DATA/raw/test.de")"
+  echo "  SRC: $(sed -n "${i}p" "$DATA/raw/test.$SRC")"
+  echo "  REF: $(sed -n "${i}p" "$DATA/raw/test.$TGT")"
   echo "  HYP: $(sed -n "${i}p" "$RESULTS/hyp.detok")"
 done
 grep -E "^- (tokenised BLEU|sacreBLEU|chrF)" "$RESULTS/results.md" || true
-SENTENCE=$(sed -n 1p "$DATA/raw/test.en" | tr -d "\"'\\\\\`\$")  # no quotes to escape in the line below
+SENTENCE=$(sed -n 1p "$DATA/raw/test.$SRC" | tr -d "\"'\\\\\`\$")  # no quotes to escape in the line below
 ONE_LINE="python -c 'import fairseq_csan; from fairseq.models.transformer import TransformerModel as T; print(T.from_pretrained(\"$MODEL\").translate(\"$SENTENCE\"))'"
 say "translate your own sentence with the exported model:"
 echo "  $ONE_LINE"

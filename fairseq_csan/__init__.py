@@ -21,7 +21,18 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 # hydra's and torch's deprecation notices about fairseq's calls (quiet.py lists them)
 filter_known_warnings()
 
+_logging_unset = not logging.root.handlers
 from fairseq import options as _options  # noqa: E402
+
+if _logging_unset and logging.root.handlers:
+    # fairseq configured logging itself while it was imported (a speech model calls
+    # logging.basicConfig(level=DEBUG)): in a script or the hub one-liner that would print every
+    # INFO line of a checkpoint load, the whole configuration included. Warnings only, as Python's
+    # own default, unless LOGLEVEL says otherwise (fairseq's commands set up logging before they
+    # import the plugin, and keep theirs).
+    import os as _os
+
+    logging.root.setLevel(_os.environ.get("LOGLEVEL", "WARNING").upper())
 
 from . import fairseq_compat, models  # noqa: F401,E402  (registers everything)
 from . import tokenizer  # noqa: F401,E402  (--tokenizer csan_recipe; its packages load when built)

@@ -3,7 +3,7 @@
 It tokenises the source language and detokenises the target language exactly as the task
 recipes do (fairseq_csan/recipes/text.py): punctuation normalisation and the Moses tokenizer
 without escaping for En, De and other languages, jieba for Zh, MeCab (fugashi) for Ja; the
-Moses detokenizer for the output. The languages are the task's ``-s``/``-t`` (or
+Moses detokenizer for the output (for Zh and Ja, the tokens joined without spaces). The languages are the task's ``-s``/``-t`` (or
 ``source_lang``/``target_lang`` in a model folder's configuration). Its tokeniser packages
 are imported only when it is built, so ``--user-dir fairseq_csan`` stays light.
 

@@ -22,9 +22,11 @@ def run(command, check=True, **kwargs):
 
 
 def python_m(*args, cwd):
-    """python -m fairseq_csan ARGS, run from ``cwd``."""
+    """python -m fairseq_csan ARGS, run from ``cwd``, with this checkout's package (first on
+    PYTHONPATH: an installed copy elsewhere, editable or not, is not the code under test)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "fairseq_csan", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+                          env=env, timeout=120)
 
 
 def lines(path: Path):
@@ -189,3 +191,37 @@ def walk_options(plan, options, against=None):
         if reference is not None:
             baseline, _ = plan([])
     assert not ignored, f"accepted, and changing nothing: {ignored}"
+
+
+def prepare_planner(monkeypatch, capsys, root, base):
+    """``plan(extra)`` for :func:`walk_options` over prepare: its main with ``base + ["--out",
+    ROOT/N] + extra``, the steps recorded (with their inputs, settings and commands), not run."""
+    import itertools
+    import os
+    import sys
+
+    from fairseq_csan.recipes import prepare as preparer
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # its tools
+    runs = itertools.count()
+
+    def plan(extra):
+        out = Path(root) / "walk" / str(next(runs))
+        record = []
+
+        def step(stp, *rest, **kwargs):
+            command = rest[0] if rest and isinstance(rest[0], list) else None
+            record.append((stp.name, [str(p) for p in stp.inputs], stp.settings, command))
+            if stp.name == "binarise":
+                rest[0]([out / "data-bin.tmp"])
+            for path in stp.outputs:  # what the next steps read
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+
+        monkeypatch.setattr(preparer, "make", step)
+        monkeypatch.setattr(preparer, "run", step)
+        monkeypatch.setattr(preparer, "call", lambda command, **_: record.append([str(c) for c in command]))
+        refused = refusal_of(preparer.main, [*base, "--out", out, *extra], capsys)
+        return repr(record).replace(str(out), "OUT"), refused
+
+    return plan

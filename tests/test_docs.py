@@ -114,7 +114,10 @@ CHECKS = {
         ("source", "docs/implementation.md", "fairseq 0.12.2's fused encoder path",
          "fairseq 0.12.2 with torch 2.x only (torch's C++ kernel prints it; this machine runs fairseq-fixed): "
          "docs/implementation.md explains the path that meets it"),
-    "missing CORPUS/train.de: CORPUS is Multi30k's raw files ...": ("test", "test_quickstart.py", "missing {corpus}/train.de"),
+    "missing CORPUS/train.de: CORPUS holds train, val (or valid) and test* files, each in en and de ...":
+        ("test", "test_quickstart.py", "SRC and TGT set the languages"),
+    "tokenizer_src=moses (no rules for tr: English's, as tokenizer.perl)":
+        ("test", "test_text.py", "moses (no rules for tr: English's, as tokenizer.perl)"),
     "--last 5 needs 5 numbered checkpoints ... found 3":
         ("test", "test_average_checkpoints.py", "--last 5 needs 5 numbered checkpoints .* found 3"),
     "[train] error: --tensorboard needs TensorBoard":

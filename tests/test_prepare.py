@@ -9,7 +9,8 @@ import re
 import pytest
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import N_TEST, aspec_folder, check_prepared, head, lines, prepare_task, refusal_of, run, walk_options
+from recipe_helpers import (N_TEST, aspec_folder, check_prepared, head, lines, prepare_planner, prepare_task,
+                            refusal_of, run, walk_options)
 
 pytestmark = pytest.mark.slow
 
@@ -231,38 +232,13 @@ def test_every_option_changes_the_preparation_or_is_refused(task, ende, tmp_path
     what is read, written or run, or is refused with one line. (The steps are recorded, not
     run.) --force and --no-download guard what would happen otherwise: each is checked where
     it matters."""
-    import itertools
     import shutil
 
     from fairseq_csan.recipes import prepare as preparer
 
-    import sys
-
-    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # its tools
     raw = raw_folder(tmp_path / "raw") if task == "multi30k_en_de" else ende["raw"]
     shutil.copytree(raw, tmp_path / "raw_copy")
-    runs = itertools.count()
-
-    def plan(extra):
-        out = tmp_path / "walk" / str(next(runs))
-        record = []
-
-        def step(stp, *rest, **kwargs):
-            command = rest[0] if rest and isinstance(rest[0], list) else None
-            record.append((stp.name, [str(p) for p in stp.inputs], stp.settings, command))
-            if stp.name == "binarise":
-                rest[0]([out / "data-bin.tmp"])
-            for path in stp.outputs:  # what the next steps read
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.touch()
-
-        monkeypatch.setattr(preparer, "make", step)
-        monkeypatch.setattr(preparer, "run", step)
-        monkeypatch.setattr(preparer, "call", lambda command, **_: record.append([str(c) for c in command]))
-        refused = refusal_of(preparer.main, [task, *PRESETS[task], "--raw-dir", raw, "--out", out, "--workers", "2",
-                                             *extra], capsys)
-        return repr(record).replace(str(out), "OUT"), refused
-
+    plan = prepare_planner(monkeypatch, capsys, tmp_path, [task, *PRESETS[task], "--raw-dir", raw, "--workers", "2"])
     walk_options(plan, [["--raw-dir", tmp_path / "raw_copy"], ["--out", tmp_path / "elsewhere"], ["--merges", "50"],
                         ["--workers", "1"], ["--list"]])
     # the guards: --no-download refuses a missing corpus (no download tried); --force redoes

@@ -24,6 +24,10 @@ def run_quickstart(work: Path, **env):
     return done.stdout + "\n" + done.stderr  # the steps' own logs go to stderr
 
 
+def lines_of(path: Path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
 def check_outputs(work: Path, arch: str, n_test: int, stdout: str, model: Path = None):
     results = work / "results" / arch
     hyp = (results / "hyp.detok").read_text(encoding="utf-8").splitlines()
@@ -79,7 +83,8 @@ def test_every_setting_changes_the_commands_or_is_refused(tmp_path, corpus):
     settings = [{"CORPUS": str(other)}, {"WORK": str(tmp_path / "elsewhere")}, {"ARCH": "transformer"},
                 {"MODEL": str(tmp_path / "model")}, {"DEVICE": "gpu"}, {"MAX_UPDATE": "7"},
                 {"DIM": "64"}, {"MAX_TOKENS": "1000"}, {"BPE_MERGES": "100"}, {"MODEL_FLAGS": "--dropout 0.2"},
-                {"TOY_ARGS": "--train 100"}, {"FORCE": "1"}, {"FORCE": "yes"}, {"DRY_RUN": "2"}]
+                {"TOY_ARGS": "--train 100"}, {"FORCE": "1"}, {"FORCE": "yes"}, {"DRY_RUN": "2"},
+                {"SRC": "de", "TGT": "en"}, {"SRC": "fr"}, {"TGT": "fr"}]
     settings.append({"DEVICE": "cpu" if torch.cuda.is_available() else "cuda"})  # the one auto does not pick
     walk_options(plan, [setting.items() for setting in settings])
     assert not (tmp_path / "work").exists()  # a dry run writes nothing
@@ -92,7 +97,17 @@ def test_quickstart_errors_name_the_fix(tmp_path):
             (corpus / f"{split}.{lang}").parent.mkdir(parents=True, exist_ok=True)
             (corpus / f"{split}.{lang}").write_text("x\n", encoding="utf-8")
     done = quickstart({"CORPUS": str(corpus)}, tmp_path)
-    assert done.returncode != 0 and f"missing {corpus}/train.de" in done.stderr and "task recipes" in done.stderr
+    assert done.returncode != 0 and f"missing {corpus}/train.de" in done.stderr and "SRC and TGT set the languages" in done.stderr
+    done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "fr"}, tmp_path)
+    assert done.returncode != 0 and f"missing {corpus}/train.fr" in done.stderr
+    (corpus / "test.zh").rename(corpus / "eval.zh")
+    done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en"}, tmp_path)
+    assert done.returncode != 0 and f"CORPUS={corpus} holds no test set test*.zh" in done.stderr
+    for env, message in (({"SRC": "fr", "TGT": "en"}, "the toy corpus is English-German (en-de or de-en)"),
+                         ({"SRC": "en", "TGT": "en"}, "SRC and TGT are both en"),
+                         ({"CORPUS": str(corpus), "SRC": "Chinese"}, "SRC must be a language code")):
+        done = quickstart(env, tmp_path)
+        assert done.returncode != 0 and message in done.stderr, (env, done.stderr)
     done = quickstart({"ARCH": "transformer_csan3d"}, tmp_path)
     assert done.returncode != 0 and "unknown architecture 'transformer_csan3d'" in done.stderr
     done = quickstart({"DEVICE": "tpu"}, tmp_path)
@@ -103,6 +118,32 @@ def test_quickstart_errors_name_the_fix(tmp_path):
     helped = subprocess.run(["bash", "examples/quickstart.sh", "--help"], capture_output=True, text=True, cwd=REPO)
     assert helped.returncode == 0 and "ARCH" in helped.stdout and "DEVICE" in helped.stdout
     assert "1/5" not in helped.stdout  # it printed its settings and started nothing
+
+
+@pytest.mark.slow
+def test_quickstart_takes_any_pair(tmp_path):
+    """CORPUS=DIR SRC=fr TGT=en: Multi30k's own file names, two test sets (the first in name
+    order is the test set), a model folder that names French and English."""
+    import json
+
+    from recipe_helpers import lines, write
+
+    corpus = tmp_path / "m30k_fr"
+    source = shared_corpus("multi30k_en_fr")
+    for name, n in (("train", 600), ("val", 20), ("test_2016_flickr", 12), ("test_b", 8)):
+        for lang in ("en", "fr"):
+            write(corpus / f"{name}.{lang}", lines(source / f"{name if name != 'test_b' else 'val'}.{lang}")[-n:])
+    work = tmp_path / "work"
+    out = run_quickstart(work, CORPUS=str(corpus), SRC="fr", TGT="en", MAX_UPDATE="16", BPE_MERGES="200")
+    check_outputs(work, "transformer_csan2d", 12, out)
+    assert "--src fr --tgt en" in out and f"--test {corpus}/test_2016_flickr --test {corpus}/test_b" in out
+    recorded = (work / "data/recipe.env").read_text()
+    assert "src=fr\ntgt=en\n" in recorded and "tests=test,test1\n" in recorded and "tokenizer_src=moses fr" in recorded
+    about = json.loads((work / "model/export.json").read_text())
+    assert (about["source_lang"], about["target_lang"]) == ("fr", "en")
+    assert sorted(p.name for p in (work / "model").glob("dict.*")) == ["dict.en.txt", "dict.fr.txt"]
+    assert lines(work / "data/raw/test.fr") == lines(corpus / "test_2016_flickr.fr")
+    assert "SRC: " + lines(corpus / "test_2016_flickr.fr")[0] in out
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +159,10 @@ def test_quickstart_on_its_own_toy_corpus(toy_run):
     work, out = toy_run
     check_outputs(work, "transformer_csan2d", 30, out)
     assert (work / "raw" / "train.en").read_text().count("\n") == 1500
+    # the toy grammar's few words run out of pairs to merge: the log says how many were learnt
+    learnt = re.search(r"codes: (\d+) merges learnt, of 2000 asked", out)
+    assert learnt and int(learnt.group(1)) == len(lines_of(work / "data/bpe/codes")) - 1, out[-2000:]
+    assert "\r" not in out
 
 
 @pytest.mark.slow

@@ -72,3 +72,16 @@ def test_fairseq_mains_syntax_warning_is_ignored_there_only(tmp_path):
                           env=environment)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"{tmp_path / 'mine.py'}:2: SyntaxWarning" in done.stderr and "multires_hubert" not in done.stderr
+
+
+def test_importing_the_plugin_keeps_fairseq_s_info_lines_out_of_a_script():
+    """fairseq configures logging at DEBUG while it is imported; in a script that imports the
+    plugin first (the README's hub one-liner), a log line below WARNING is not printed, unless
+    LOGLEVEL asks for it."""
+    code = "import fairseq_csan, logging; logging.getLogger('fairseq.x').info('an info line'); " \
+           "logging.getLogger('fairseq.x').warning('a warning line')"
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert quiet.returncode == 0 and "a warning line" in quiet.stderr and "an info line" not in quiet.stderr
+    loud = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "LOGLEVEL": "INFO"})
+    assert "an info line" in loud.stderr

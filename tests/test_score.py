@@ -34,6 +34,23 @@ H-0\t-0.2\tder erste satz
 """
 
 
+def test_sacrebleu_tokenises_as_the_target_needs(tmp_path):
+    assert [score.sacrebleu_tokenize(lang) for lang in ("en", "de", "fr", "zh", "ja")] == [
+        "13a", "13a", "13a", "zh", "ja-mecab"]
+    # a Chinese target: 13a would see one word per sentence; zh sees the characters
+    write(tmp_path / "gen.txt", ["H-0\t-0.1\t我们 在 北京 学习 。", "H-1\t-0.1\t你 好"])
+    write(tmp_path / "ref.tok", ["我们 在 北京 学习 。", "你 好 吗"])
+    write(tmp_path / "ref.raw", ["我们在北京学习。", "你好吗"])
+    score.main(["score", "--generate-log", str(tmp_path / "gen.txt"), "--ref-tok", str(tmp_path / "ref.tok"),
+                "--ref-raw", str(tmp_path / "ref.raw"), "--lang", "zh", "--out", str(tmp_path / "out")])
+    import json
+
+    results = json.loads((tmp_path / "out/results.json").read_text())
+    assert "|tok:zh|" in results["sacrebleu_signature"] and results["bleu_compound"] is None
+    assert (tmp_path / "out/hyp.detok").read_text(encoding="utf-8") == "我们在北京学习。\n你好\n"
+    assert 40 < results["sacrebleu"] < 100
+
+
 def test_hypotheses_come_back_in_corpus_order(tmp_path):
     (tmp_path / "gen.txt").write_text(GENERATE)
     assert score.hypotheses(tmp_path / "gen.txt") == ["der erste satz", "ein zweiter satz"]

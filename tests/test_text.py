@@ -84,6 +84,24 @@ def test_tokenizers(lang, text, expected):
     assert text_tools.make_tokenizer(lang)(text) == expected
 
 
+def test_each_language_by_its_own_rules():
+    assert [text_tools.tokenizer_name(lang) for lang in ("en", "fr", "zh", "ja")] == [
+        "moses en", "moses fr", "jieba", "mecab (fugashi, unidic-lite)"]
+    assert text_tools.tokenizer_name("tr") == "moses (no rules for tr: English's, as tokenizer.perl)"
+    # French keeps an elision on its word; German's rules split the apostrophe off
+    assert text_tools.make_tokenizer("fr")("qu'un homme") == "qu' un homme"
+    assert text_tools.make_tokenizer("de")("qu'un homme") == "qu ' un homme"
+    assert text_tools.make_detokenizer("fr")("qu' un homme") == "qu'un homme"
+
+
+@pytest.mark.parametrize("lang", ["zh", "ja"])
+def test_segmented_languages_are_joined_back(lang):
+    detok = text_tools.make_detokenizer(lang)
+    assert detok("我们 在 北京大学 学习 。") == "我们在北京大学学习。"
+    assert detok("我 喜欢 iPhone 6 和 Mac  OS ， 你 呢 ？") == "我喜欢iPhone 6和Mac OS，你呢？"
+    assert detok("日本 語 の 文 です 。") == "日本語の文です。" and detok("") == ""
+
+
 def test_tokenize_file_keeps_lines_aligned_with_workers(tmp_path):
     rows = ["Ein Satz.", "", "Noch einer, bitte!"] * 5
     write(tmp_path / "in.de", rows)

@@ -89,6 +89,15 @@ def test_the_command_shown_in_train_sh_is_what_it_runs(tmp_path):
     assert done.stdout.strip() == expected
 
 
+def test_flags_after_the_double_dash_replace_the_recipe_s():
+    """The printed command gives each flag once, where it takes effect."""
+    command = ["--arch", "a", "--lr", "0.001", "--adam-betas", "(0.9, 0.98)", "--fp16", "--max-tokens", "4096"]
+    assert kit.with_overrides(command, ["--lr", "2e-3", "--max-tokens=99", "--fp16"]) == [
+        "--arch", "a", "--adam-betas", "(0.9, 0.98)", "--lr", "2e-3", "--max-tokens=99", "--fp16"]
+    assert kit.with_overrides(command, []) == command
+    assert kit.with_overrides(["--max-epoch", "-1"], ["--seed", "-2"]) == ["--max-epoch", "-1", "--seed", "-2"]
+
+
 def test_shell_scripts_stay_short():
     for script in ("scripts/train.sh", "scripts/sweep.sh"):
         assert len(lines(REPO / script)) <= 150, script

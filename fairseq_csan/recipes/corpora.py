@@ -53,11 +53,15 @@ class Corpus:
 
 @dataclass
 class Task:
+    """A task's corpora: ``splits`` maps train, valid, test (and test1, test2, ... for further
+    test sets, as fairseq-preprocess names them) to the corpora concatenated into each."""
+
     src: str
     tgt: str
     splits: Dict[str, List[Corpus]]
-    raw_env: str  # the environment variable that may name the raw folder
+    raw_env: str = ""  # the environment variable that may name the raw folder (presets)
     note: str = ""
+    name: str = ""
 
 
 def _aspec(name, path, ja_field, en_field):
@@ -211,6 +215,39 @@ TASKS = {
     ),
 }
 
+for _name, _task in TASKS.items():
+    _task.name = _name
+
+LANG = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]+)?")  # a language code as file suffix: en, fr, pt_BR, yue
+
+
+def files_task(src: str, tgt: str, train: str, valid: str, tests: List[str]) -> Task:
+    """The user's own corpus: each split one pair of line-aligned files PREFIX.SRC and PREFIX.TGT;
+    the first test set is the split ``test``, further ones ``test1``, ``test2``, ..."""
+    for flag, lang in (("--src", src), ("--tgt", tgt)):
+        if not LANG.fullmatch(lang):
+            raise ValueError(f"{flag} {lang!r} is not a language code: two or three lower-case letters, "
+                             "optionally with a _REGION (en, fr, zh, ja, pt_BR)")
+    if src == tgt:
+        raise ValueError(f"--src and --tgt are both {src}: give two languages")
+    if not tests:
+        raise ValueError("give at least one --test PREFIX")
+
+    def corpus(label, prefix):
+        return [Corpus(f"{label} {prefix}", [{src: f"{prefix}.{src}", tgt: f"{prefix}.{tgt}"}],
+                       where=f"give line-aligned UTF-8 files {prefix}.{src} and {prefix}.{tgt}")]
+
+    splits = {"train": corpus("--train", train), "valid": corpus("--valid", valid)}
+    for number, prefix in enumerate(tests):
+        splits[f"test{number or ''}"] = corpus("--test", prefix)
+    return Task(src=src, tgt=tgt, splits=splits, name=f"{src}_{tgt}",
+                note=f"your own {src}-{tgt} corpus")
+
+
+def task_of(task) -> Task:
+    return task if isinstance(task, Task) else TASKS[task]
+
+
 SEG = re.compile(r"<seg[^>]*>(.*)</seg>")
 
 
@@ -339,17 +376,19 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
     return [found]
 
 
-def locate_split(task_name: str, split: str, raw: Path, allow_download=True):
+def locate_split(task, split: str, raw: Path, allow_download=True):
     """[(corpus, {lang: file})] of one split, in order; downloads and extracts what is missing."""
-    task = TASKS[task_name]
+    task = task_of(task)
+    task_name = task.name
     langs = (task.src, task.tgt)
     return [(corpus, files) for corpus in task.splits[split]
             for files in locate(task_name, corpus, raw, langs, allow_download)]
 
 
-def write_split(task_name: str, split: str, located, targets: Dict[str, Path]) -> int:
+def write_split(task, split: str, located, targets: Dict[str, Path]) -> int:
     """Write the split's two sides (every corpus concatenated) to ``targets``; the pair count."""
-    task = TASKS[task_name]
+    task = task_of(task)
+    task_name = task.name
     langs = (task.src, task.tgt)
     total = 0
     with open(targets[langs[0]], "w", encoding="utf-8", newline="\n") as out_src, \

@@ -58,7 +58,9 @@ def parse(argv=None):
                    help="average the N newest interval checkpoints (default 5 for base runs, 20 for big ones)")
     p.add_argument("--checkpoint", type=Path, metavar="FILE",
                    help="evaluate this checkpoint instead of an average (not with --checkpoints or --last)")
-    p.add_argument("--subset", choices=("test", "valid"), default="test")
+    p.add_argument("--subset", default="test", metavar="SPLIT",
+                   help="the split to translate: test (default), valid, or test1, test2, ... where the task was "
+                        "prepared with more than one --test")
     p.add_argument("--beam", type=positive, default=decoding.BEAM, metavar="N",
                    help=f"beam size (default {decoding.BEAM})")
     p.add_argument("--lenpen", type=float, default=decoding.LENPEN, metavar="X",
@@ -176,12 +178,14 @@ def main(argv=None) -> None:
     except NotATask as e:
         die(str(e))
     src, tgt = task.src, task.tgt
+    if args.subset not in ("valid", *task.test_sets):
+        die(f"--subset {args.subset}: {args.data} has {', '.join(['valid', *task.test_sets])}")
     # everything the scoring reads, checked before any slow work
     refs = {"tokenised reference": task.tok(args.subset, tgt), "raw reference": task.raw(args.subset, tgt),
             "tokenised source": task.tok(args.subset, src)}
     for what, path in refs.items():
         if not path.is_file():
-            die(f"no {what} {path}: prepare {args.data} again with examples/{task.task}/prepare.sh")
+            die(f"no {what} {path}: prepare {args.data} again (the command that made it)")
     if args.baseline and not (args.baseline / "hyp.tok").is_file():
         die(f"--baseline {args.baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
     out = args.out

@@ -50,15 +50,6 @@ def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int
             **decoding.generation_overrides(), "batch_size": batch_size, "max_tokens": None}
 
 
-def check_languages(task: PreparedTask) -> None:
-    from .text import make_detokenizer
-
-    try:
-        make_detokenizer(task.tgt)
-    except ValueError as error:
-        raise ExportError(f"{task.root}: target language {task.tgt}: {error}") from None
-
-
 def load_state(checkpoint: Path, overrides: dict) -> dict:
     import fairseq_csan  # noqa: F401  (our architectures, the tokenizer, the loading fixes)
     from fairseq import checkpoint_utils
@@ -147,7 +138,6 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
         theirs = foreign_files(out, [])
         raise ExportError(f"{out} is not a model folder that export wrote (it holds {listing(theirs)}); "
                           "give another --out (nothing was changed)")
-    check_languages(task)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         lock = WriterLock(out, folder=False, what="export").acquire()

@@ -5,7 +5,7 @@ cleaning ratio, the default merges); see docs/recipes.md. The steps, each record
 ``OUT/.steps/`` with the settings and content hashes it was made from (steps.py), so that a
 rerun skips what is current and redoes, saying why, what was made from other inputs::
 
-  1 gather   raw corpora -> OUT/raw/{train,valid,test}.{SRC,TGT}           (corpora.py)
+  1 gather   raw corpora -> OUT/raw/{train,valid,test,test1..}.{SRC,TGT}   (corpora.py)
   2 tokenise Moses (en, de), jieba (zh), MeCab (ja) -> OUT/tok/            (text.py)
   3 clean    training pairs: empty, > --clean-max-len tokens, ratio > --clean-ratio, a token
              over 100 characters (text.MAX_TOKEN_CHARS; the log counts them)
@@ -42,10 +42,10 @@ OWNED_FOLDERS = ("raw", "tok", "bpe", "data-bin", ".steps")  # what prepare writ
 TOKENIZER_PACKAGE = {"zh": "jieba", "ja": "fugashi"}  # the rest: sacremoses (text.py)
 
 
-def owned_files(out: Path, src: str, tgt: str):
+def owned_files(out: Path, src: str, tgt: str, splits=SPLITS):
     """Every path that prepare writes in ``out`` (the layout of task.py; a folder: all of it)."""
     files = [out / name for name in ("recipe.env", "tools.txt", ".steps", "data-bin", "data-bin.tmp")]
-    for split in SPLITS:
+    for split in splits:
         for lang in (src, tgt):
             files += [out / sub / f"{split}.{lang}" for sub in ("raw", "tok", "bpe")]
     files += [out / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
@@ -53,7 +53,88 @@ def owned_files(out: Path, src: str, tgt: str):
     return files
 
 
+FILES = "files"  # the user's own corpus; the other choices are the presets of examples/<task>/prepare.sh
+USAGE = f"""usage: python -m fairseq_csan.recipes.prepare files --src XX --tgt YY --train PREFIX --valid PREFIX
+           --test PREFIX [--test PREFIX ...] [--out DIR] [options]   (your own corpus; files --help)
+       bash examples/TASK/prepare.sh [options]   (a preset: {', '.join(sorted(corpora.TASKS))}; --help)"""
+
+
+def _common(p, default_out, merges_help):
+    p.add_argument("--out", type=Path, metavar="DIR", help=f"output folder (default: {default_out})")
+    p.add_argument("--merges", type=int, metavar="N", help=f"BPE merge operations (default: {merges_help})")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="processes for tokenisation, BPE and binarisation (default: all cores)")
+    p.add_argument("--force", action="store_true",
+                   help="delete what this command wrote in OUT (not the downloads) and redo every step; refused "
+                        "when those folders hold files it did not write")
+
+
+def files_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m fairseq_csan.recipes.prepare files",
+        description="Prepare your own parallel corpus, any language pair, either direction (docs/recipes.md, "
+                    "Your own corpus). Each split is a pair of line-aligned UTF-8 files PREFIX.SRC and PREFIX.TGT; "
+                    "the first --test is the test set (fairseq's subset test), further ones are test1, test2, ... "
+                    "Each language is tokenised by its own rules: Moses with the language's nonbreaking prefixes "
+                    "where sacremoses has them (else English's, as Moses' tokenizer.perl), jieba for zh, MeCab for ja; "
+                    "recipe.env names the rule. Then the steps of every task: cleaning, BPE, fairseq-preprocess.")
+    p.add_argument("task", choices=[FILES], help=argparse.SUPPRESS)
+    p.add_argument("--src", required=True, metavar="XX", help="source language code (the files' suffix), e.g. fr")
+    p.add_argument("--tgt", required=True, metavar="YY", help="target language code, e.g. en")
+    p.add_argument("--train", required=True, metavar="PREFIX", help="training set: PREFIX.XX and PREFIX.YY")
+    p.add_argument("--valid", required=True, metavar="PREFIX", help="validation set")
+    p.add_argument("--test", required=True, action="append", metavar="PREFIX",
+                   help="a test set; repeat for more (the first is the subset test, then test1, test2, ...)")
+    _common(p, "data/XX_YY", "32000, as the papers; fewer for a small corpus, e.g. 8000 for 30K pairs")
+    p.add_argument("--joint-bpe", type=int, choices=(0, 1), default=1,
+                   help="1: one BPE model and one dictionary for both languages (default); 0: one each")
+    p.add_argument("--clean-ratio", type=float, default=1.5, metavar="R",
+                   help="drop training pairs whose token-length ratio exceeds R (default 1.5)")
+    p.add_argument("--clean-max-len", type=int, default=250, metavar="N",
+                   help="drop training pairs with a side over N tokens (default 250)")
+    return p
+
+
+def parse_files(argv):
+    p = files_parser()
+    args = p.parse_args(argv)
+    try:
+        args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
+    except ValueError as e:
+        p.error(str(e))
+    args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
+    if args.clean_ratio < 1 or args.clean_max_len < 1:
+        p.error(f"--clean-ratio must be at least 1 and --clean-max-len positive, got {args.clean_ratio:g} "
+                f"and {args.clean_max_len}")
+    return p, args
+
+
 def parse(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("task", nargs="?")
+    known, _ = first.parse_known_args(argv)
+    if known.task not in (*corpora.TASKS, FILES):
+        if known.task is None and any(a in ("-h", "--help") for a in argv):
+            print(USAGE + "\n\n" + files_parser().format_help())  # a preset's options: its prepare.sh --help
+            raise SystemExit(0)
+        print(USAGE, file=sys.stderr)
+        what = f"unknown task {known.task!r}" if known.task else "give a task"
+        print(f"error: {what}: files (your own corpus) or a preset ({', '.join(sorted(corpora.TASKS))})",
+              file=sys.stderr)
+        raise SystemExit(2)
+    if known.task == FILES:
+        p, args = parse_files(argv)
+    else:
+        p, args = parse_preset(argv)
+    for name in ("merges", "workers"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name} must be a positive integer, got {value}")
+    return args
+
+
+def parse_preset(argv):
     # the task's settings, given by examples/<task>/prepare.sh before the user's arguments
     task_args = argparse.ArgumentParser(add_help=False)
     task_args.add_argument("task", choices=sorted(corpora.TASKS), help=argparse.SUPPRESS)
@@ -65,22 +146,16 @@ def parse(argv=None):
     task_args.add_argument("--default-raw", type=Path, help=argparse.SUPPRESS)
     known, _ = task_args.parse_known_args(argv)
     spec = corpora.TASKS[known.task]
-    p = argparse.ArgumentParser(prog=f"prepare.sh ({known.task})",
-                                parents=[task_args], description="Prepare the task's corpora for fairseq (docs/recipes.md).")
+    p = argparse.ArgumentParser(prog=f"prepare.sh ({known.task})", parents=[task_args],
+                                description="Prepare the task's corpora for fairseq (docs/recipes.md).")
     default_raw = f"${spec.raw_env} if set, else {known.default_raw or 'OUT/downloads'}"
     p.add_argument("--raw-dir", type=Path, metavar="DIR",
                    help=f"folder holding the raw corpora, or receiving the downloads (default: {default_raw})")
-    p.add_argument("--out", type=Path, metavar="DIR", help=f"output folder (default: data/{known.task})")
-    p.add_argument("--merges", type=int, metavar="N",
-                   help=f"BPE merge operations (default: {known.default_merges}{known.default_merges_why})")
-    p.add_argument("--workers", type=int, metavar="N",
-                   help="processes for tokenisation, BPE and binarisation (default: all cores)")
+    _common(p, f"data/{known.task}", f"{known.default_merges}{known.default_merges_why}")
     p.add_argument("--no-download", action="store_true", help="never download; stop with a message when a corpus is missing")
-    p.add_argument("--force", action="store_true",
-                   help="delete what this command wrote in OUT (not the downloads) and redo every step; refused "
-                        "when those folders hold files it did not write")
     p.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
     args = p.parse_args(argv)
+    args.spec = spec
     if args.list:
         given = [flag for flag, value in (("--raw-dir", args.raw_dir), ("--out", args.out), ("--merges", args.merges),
                                           ("--workers", args.workers), ("--no-download", args.no_download),
@@ -88,18 +163,13 @@ def parse(argv=None):
         if given:
             p.error(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be ignored; "
                     "give --list alone")
-    for name in ("merges", "workers"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            p.error(f"--{name} must be a positive integer, got {value}")
-    return args
+    return p, args
 
 
 def main(argv=None) -> None:
     args = parse(argv)
-    name = args.task
-    spec = corpora.TASKS[name]
-    src, tgt = spec.src, spec.tgt
+    spec = args.spec
+    name, src, tgt, splits = spec.name, spec.src, spec.tgt, list(spec.splits)
     prefix = f"prepare {name}"
 
     def log(message):
@@ -113,8 +183,8 @@ def main(argv=None) -> None:
         print(corpora.listing(name))
         return
     out = args.out or Path("data") / name
-    raw = args.raw_dir or (Path(os.environ[spec.raw_env]) if os.environ.get(spec.raw_env) else None) \
-        or args.default_raw or out / "downloads"
+    raw = args.raw_dir if args.task == FILES else args.raw_dir or (
+        Path(os.environ[spec.raw_env]) if os.environ.get(spec.raw_env) else None) or args.default_raw or out / "downloads"
     merges = args.merges or args.default_merges
     # tools, checked before any work
     for tool in ("fairseq-preprocess", "subword-nmt"):
@@ -127,13 +197,16 @@ def main(argv=None) -> None:
         except ImportError:
             die(f"python module '{module}' (for {lang}) not found: pip install -e '.[recipes]' from the repository")
 
+    tokenizers = {lang: text.tokenizer_name(lang) for lang in (src, tgt)}
     settings = {"task": name, "src": src, "tgt": tgt, "merges": merges, "joint_bpe": args.joint_bpe,
-                "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}"}
+                "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}",
+                "tests": ",".join(s for s in splits if s.startswith("test")),
+                "tokenizer_src": tokenizers[src], "tokenizer_tgt": tokenizers[tgt]}
     owned = {sub: out / sub for sub in OWNED_FOLDERS}
     # the raw corpora are inputs: none of them may lie where this command writes (a rerun would
     # remove them before reading them)
     # (a --raw-dir around OUT is fine: only the files found in it are read)
-    for sub, path in owned.items():
+    for sub, path in owned.items() if args.task != FILES else ():  # (files: each checked below)
         if overlap(path, raw) in ("is", "holds"):
             die(f"--out {out}'s {sub}/ {path} {overlap(path, raw)} --raw-dir {raw}, which this command reads; "
                 "keep the raw corpora elsewhere (the default is OUT/downloads)")
@@ -142,18 +215,24 @@ def main(argv=None) -> None:
     except Refusal as e:
         die(str(e))
 
+    if args.task == FILES:  # the user's files, each named: say which one is missing, in one line
+        for corpus in (c for cs in spec.splits.values() for c in cs):
+            for lang, path in corpus.layouts[0].items():
+                if not Path(path).is_file():
+                    die(f"{corpus.name}: no file {path} (its {lang} side: PREFIX.{src} and PREFIX.{tgt}, "
+                        "line-aligned UTF-8)")
     # 1 gather: find (or download) every corpus first, then check the files found
     try:
-        located = {split: corpora.locate_split(name, split, raw, allow_download=not args.no_download)
-                   for split in SPLITS}
+        located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
+                   for split in splits}
     except corpora.Missing as e:
         die(str(e))
-    inputs = {f"the {split} corpus": f for split in SPLITS for _, files in located[split] for f in files.values()}
+    inputs = {f"the {split} corpus": f for split in splits for _, files in located[split] for f in files.values()}
     try:
         refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
     except Refusal as e:
         die(str(e))
-    foreign = [f for f in foreign_files(out, owned_files(out, src, tgt))
+    foreign = [f for f in foreign_files(out, owned_files(out, src, tgt, splits))
                if f.relative_to(out).parts[0] in OWNED_FOLDERS]
     if foreign and (args.force or not (out / "recipe.env").is_file()):
         die(f"{out} holds files that prepare did not write, in the folders it writes ({listing(foreign)}); "
@@ -174,23 +253,24 @@ def main(argv=None) -> None:
         return make(Step(stamps, step_name, inputs, outputs, settings_), action, prefix=prefix, what=label, short=short)
 
     try:
-        for split in SPLITS:
+        for split in splits:
             split_inputs = [f for _, files in located[split] for f in files.values()]
             step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}", split_inputs,
                  [task.raw(split, src), task.raw(split, tgt)],
-                 lambda temps, split=split: corpora.write_split(name, split, located[split],
+                 lambda temps, split=split: corpora.write_split(spec, split, located[split],
                                                                 {src: temps[0], tgt: temps[1]}),
                  task=name)
     except corpora.Missing as e:
         die(str(e))
 
     # 2 tokenise (the tools' versions are a setting: another tokeniser version redoes it)
-    for split in SPLITS:
+    for split in splits:
         for lang in (src, tgt):
             module = TOKENIZER_PACKAGE.get(lang, "sacremoses")
             step(f"2/6 tokenise {split}.{lang}", f"2/6 tokenise {split}.{lang}", f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
                  lambda temps, lang=lang, split=split: text.tokenize_file(lang, task.raw(split, lang), temps[0], workers),
-                 lang=lang, tokenizer=f"{module} {tools.get(module, tools.get('sacremoses'))}")
+                 lang=lang, tokenizer=f"{module} {tools.get(module, tools.get('sacremoses'))}",
+                 **({"rule": tokenizers[lang]} if "no rules" in tokenizers[lang] else {}))
 
     # 3 clean the training pairs
     clean = [task.root / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
@@ -210,9 +290,13 @@ def main(argv=None) -> None:
             ["subword-nmt", "learn-bpe", "-s", str(merges)], stdout=True, stdin=inputs, prefix=prefix,
             what=f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} "
                  "(subword-nmt; long on the full corpus)", short=f"4/6 BPE: {codes}")
+        learnt = sum(1 for row in text.iter_lines(codes) if row and not row.startswith("#version"))
+        if learnt < merges:  # subword-nmt stops where no pair of symbols occurs twice
+            log(f"4/6 {codes.name}: {learnt} merges learnt, of {merges} asked: after the {learnt}th no pair of "
+                "symbols occurs twice in the training text (a small corpus)")
 
     # 5 apply BPE
-    for split in SPLITS:
+    for split in splits:
         for lang in (src, tgt):
             source = clean[(src, tgt).index(lang)] if split == "train" else task.tok(split, lang)
             target = task.root / "bpe" / f"{split}.{lang}"
@@ -222,13 +306,14 @@ def main(argv=None) -> None:
                 short=f"5/6 apply BPE: {target}")
 
     # 6 binarise
-    bpe_files = [task.root / "bpe" / f"{split}.{lang}" for split in SPLITS for lang in (src, tgt)]
+    bpe_files = [task.root / "bpe" / f"{split}.{lang}" for split in splits for lang in (src, tgt)]
+    tests = ",".join(str(task.root / "bpe" / split) for split in task.test_sets)
     joined = ["--joined-dictionary"] if task.joint else []
 
     def binarise(temps):
         call(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
               "--trainpref", task.root / "bpe/train", "--validpref", task.root / "bpe/valid",
-              "--testpref", task.root / "bpe/test", "--destdir", temps[0], *joined, "--workers", workers],
+              "--testpref", tests, "--destdir", temps[0], *joined, "--workers", workers],
              prefix=prefix)
 
     step("6/6 binarise with fairseq-preprocess", "6/6 binarise", "binarise", bpe_files, [task.data_bin], binarise,

@@ -15,7 +15,9 @@ and prints them. The figures:
                  with no further tokenisation (what multi-bleu.perl computes; the papers' BLEU)
   bleu_compound  (--compound-split, En-De) the same after splitting hyphenated compounds,
                  "a-b" -> "a ##AT##-##AT## b" on both sides, the customary WMT14 En-De number
-  sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature
+  sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature; its
+                 tokeniser is the one sacreBLEU's documentation prescribes for the target
+                 language (SACREBLEU_TOKENIZE: zh, ja-mecab; 13a for every other)
   chrf           sacreBLEU's chrF (chrF2: character 6-grams, beta 2) of hyp.detok against the
                  raw reference, with its signature
   decode_sent_per_s  from fairseq-generate's own timing line (in LOG, its standard error)
@@ -83,6 +85,23 @@ def train_speed(train_log: Path):
     }
 
 
+SACREBLEU_TOKENIZE = {"zh": "zh", "ja": "ja-mecab"}  # the rest: 13a, sacreBLEU's default
+
+
+def sacrebleu_tokenize(lang: str) -> str:
+    """sacreBLEU's tokeniser for a target language; ja-mecab needs mecab-python3 and ipadic."""
+    name = SACREBLEU_TOKENIZE.get(lang, "13a")
+    if name == "ja-mecab":
+        try:
+            __import__("MeCab")
+            __import__("ipadic")
+        except ImportError:
+            raise SystemExit("score: sacreBLEU scores Japanese with its ja-mecab tokeniser, which needs "
+                             "mecab-python3 and ipadic: bash scripts/install.sh installs them "
+                             "(or pip install 'sacrebleu[ja]')") from None
+    return name
+
+
 def split_compounds(line: str) -> str:
     return COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
 
@@ -146,7 +165,7 @@ def score(args):
     detoks = [detokenize(h) for h in hyps]
     write_lines(out / "hyp.detok", detoks)
 
-    sacre = BLEU()
+    sacre = BLEU(tokenize=sacrebleu_tokenize(args.lang))
     sacre_score = sacre.corpus_score(detoks, [refs_raw])
     chrf = CHRF()
     chrf_score = chrf.corpus_score(detoks, [refs_raw])
@@ -223,7 +242,7 @@ def main(argv=None):
     sc.add_argument("--decode-log", type=Path, help="its standard error, with the timing line (default: GEN)")
     sc.add_argument("--ref-tok", type=Path, required=True)
     sc.add_argument("--ref-raw", type=Path, required=True)
-    sc.add_argument("--lang", required=True, help="target language, for detokenisation")
+    sc.add_argument("--lang", required=True, help="target language: detokenisation and sacreBLEU's tokeniser")
     sc.add_argument("--out", type=Path, required=True)
     sc.add_argument("--compound-split", action="store_true")
     sc.add_argument("--train-log", type=Path)

@@ -211,11 +211,14 @@ def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = 
     if stdout:
         shown += f" > {shlex.quote(str(stdout))}"
     _log(prefix, f"  $ {shown}")
+    # a progress bar (tqdm's, as subword-nmt learn-bpe draws) only where someone watches: in a
+    # log file its carriage returns make one line of hundreds of updates
+    env = None if sys.stderr.isatty() else {**os.environ, "TQDM_DISABLE": "1"}
     out_file = open(stdout, "wb") if stdout else None
     try:
         if stdin:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file or sys.stderr,
-                                    preexec_fn=die_with_parent)
+                                    preexec_fn=die_with_parent, env=env)
             try:
                 for path in stdin:
                     with open(path, "rb") as f:
@@ -224,7 +227,8 @@ def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = 
                 proc.stdin.close()
             code = proc.wait()
         else:
-            code = subprocess.call(argv, stdout=out_file or sys.stderr, preexec_fn=die_with_parent)  # logs: stderr
+            code = subprocess.call(argv, stdout=out_file or sys.stderr, preexec_fn=die_with_parent,
+                                   env=env)  # logs: stderr
     finally:
         if out_file:
             out_file.close()

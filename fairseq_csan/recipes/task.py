@@ -3,9 +3,12 @@
 ``examples/<task>/prepare.sh`` makes a folder that every later command reads::
 
     recipe.env     what was prepared (KEY=VALUE lines): task, src, tgt, merges, joint_bpe,
-                   clean_max_len, clean_ratio
+                   clean_max_len, clean_ratio, tests (the test sets: test, test1, ...), and
+                   tokenizer_src, tokenizer_tgt (the rule each language was tokenised by,
+                   text.tokenizer_name); a folder prepared before the last three were kept
+                   reads as "test" and the rules its languages have always had
     tools.txt      the versions of the tokenisers and subword-nmt that made it
-    raw/           {train,valid,test}.{src,tgt}: the gathered corpora (the references of sacreBLEU)
+    raw/           {train,valid,test,test1,...}.{src,tgt}: the gathered corpora (the references of sacreBLEU)
     tok/           the same, tokenised (test.tgt is the reference of tokenised BLEU)
     bpe/           codes (joint BPE) or codes.LANG, and the segmented files
     data-bin/      fairseq-preprocess's output: dict.LANG.txt and the binarised splits
@@ -25,7 +28,21 @@ import sys
 from pathlib import Path
 from typing import Dict
 
-FIELDS = ("task", "src", "tgt", "merges", "joint_bpe", "clean_max_len", "clean_ratio")
+FIELDS = ("task", "src", "tgt", "merges", "joint_bpe", "clean_max_len", "clean_ratio", "tests",
+          "tokenizer_src", "tokenizer_tgt")
+
+
+def complete(settings: Dict[str, str]) -> Dict[str, str]:
+    """The settings of a folder prepared before ``tests`` and the tokenisers were recorded: one
+    test set, and each language's rule (the rules have not changed since)."""
+    settings = dict(settings)
+    if settings.get("src") and settings.get("tgt"):
+        from .text import tokenizer_name
+
+        settings.setdefault("tests", "test")
+        for side in ("src", "tgt"):
+            settings.setdefault(f"tokenizer_{side}", tokenizer_name(settings[side]))
+    return settings
 
 
 class NotATask(Exception):
@@ -45,7 +62,7 @@ class PreparedTask:
         if not env.is_file() or not (root / "data-bin").is_dir():
             raise NotATask(f"{root} is not a prepared task folder (no recipe.env or data-bin/; "
                            "make one with examples/<task>/prepare.sh)")
-        settings = read_settings(env)
+        settings = complete(read_settings(env))
         for key in ("task", "src", "tgt"):
             if not settings.get(key):
                 raise NotATask(f"{env} names no {key} (prepare {root} again with examples/<task>/prepare.sh)")
@@ -59,6 +76,15 @@ class PreparedTask:
     @property
     def data_bin(self) -> Path:
         return self.root / "data-bin"
+
+    @property
+    def test_sets(self):
+        """The test splits: test, and test1, test2, ... for further test sets."""
+        return [t for t in self.settings.get("tests", "test").split(",") if t]
+
+    @property
+    def splits(self):
+        return ["train", "valid", *self.test_sets]
 
     @property
     def joint(self) -> bool:
@@ -88,7 +114,7 @@ class PreparedTask:
             raise ValueError(f"unknown task settings {sorted(unknown)}; known: {', '.join(FIELDS)}")
         env = root / "recipe.env"
         settings = {k: str(settings[k]) for k in FIELDS if k in settings}
-        if env.is_file() and not force and read_settings(env) != settings:
+        if env.is_file() and not force and complete(read_settings(env)) != settings:
             raise NotATask(f"{root} was prepared with other settings (see {env}); use --force to redo it "
                            "or another --out")
         root.mkdir(parents=True, exist_ok=True)

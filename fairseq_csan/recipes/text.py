@@ -7,19 +7,25 @@ usage:
       [--max-len 250] [--ratio 1.5]
   python -m fairseq_csan.recipes.text versions        (the tools and versions, for the records)
 
-tokenize, by language:
+tokenize, by language (tokenizer_name() names the rule; a prepared task records it):
   zh  jieba word segmentation (accurate mode, with its HMM for unknown words);
   ja  MeCab word segmentation through fugashi with the UniDic-lite dictionary;
   any other language: Moses punctuation normalisation (with control characters removed),
       then the Moses tokenizer (sacremoses; no aggressive hyphen splitting, no XML escaping:
       both are one-to-one on tokens, so tokenised BLEU does not change, and outputs stay
-      readable).
+      readable), with the language's own rules (its nonbreaking prefixes) where sacremoses
+      has them; a language without them gets English's, as Moses' tokenizer.perl does (named
+      "moses (no rules for xx: English's, as tokenizer.perl)").
+detokenize: the Moses detokeniser of the language (its default rules where it has none); for
+  zh and ja, the spaces between tokens are removed except between two letters or digits of
+  a spaced script ("iPhone 6" keeps its space), as the text was before segmentation.
 Lines stay aligned: every input line gives one output line, empty or not. Output goes to a
 temporary name and is renamed at the end, so a half-written file never looks finished.
 """
 
 import argparse
 import os
+import re
 import sys
 from multiprocessing import Pool
 from pathlib import Path
@@ -59,6 +65,25 @@ def iter_lines(path):
 def read_lines(path):
     """:func:`iter_lines` as a list."""
     return list(iter_lines(path))
+
+
+SEGMENTED = {"zh": "jieba", "ja": "mecab"}  # languages written without spaces, and their segmenters
+
+
+def moses_has_rules(lang: str) -> bool:
+    """Whether sacremoses has nonbreaking prefixes (the Moses tokeniser's rules) for ``lang``."""
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    return lang in NonbreakingPrefixes().available_langs.values()
+
+
+def tokenizer_name(lang: str) -> str:
+    """The tokenisation rule used for ``lang``, as a prepared task records it."""
+    if lang == "zh":
+        return "jieba"
+    if lang == "ja":
+        return "mecab (fugashi, unidic-lite)"
+    return f"moses {lang}" if moses_has_rules(lang) else f"moses (no rules for {lang}: English's, as tokenizer.perl)"
 
 
 def make_tokenizer(lang: str):
@@ -103,12 +128,22 @@ def line_tokenizer(lang: str):
 def make_detokenizer(lang: str):
     """A function from tokens joined by spaces to text, as the recipes detokenise hypotheses
     (the Moses detokeniser; score.py writes hyp.detok with it)."""
-    if lang in ("zh", "ja"):
-        raise ValueError(f"no detokeniser for '{lang}' (the recipes translate into en and de)")
+    if lang in SEGMENTED:
+        return join_segmented
     from sacremoses import MosesDetokenizer
 
     detok = MosesDetokenizer(lang)
     return lambda line: detok.detokenize(line.split())
+
+
+_SPACED = re.compile(r"(?<=[^\W_])\s+(?=[^\W_])", re.ASCII)
+
+
+def join_segmented(line: str) -> str:
+    """Chinese or Japanese tokens back to text: no spaces, except between two ASCII letters or
+    digits (a Latin word or a number in the sentence keeps its space from the next one)."""
+    kept = _SPACED.sub("\0", " ".join(line.split()))
+    return kept.replace(" ", "").replace("\0", " ")
 
 
 def _init(lang):

@@ -345,7 +345,7 @@ def build(opts: dict) -> dict:
     if o["wandb"]:
         logging += ["--wandb-project", o["wandb"]]
 
-    cmd = [*runner, str(binary), "--user-dir", str(PLUGIN), "--arch", o["arch"], *model,
+    cmd = [*runner, str(binary), *with_overrides(["--user-dir", str(PLUGIN), "--arch", o["arch"], *model,
            "--source-lang", src, "--target-lang", tgt, *share,
            "--optimizer", common["optimizer"], "--adam-betas", common["adam_betas"], "--adam-eps", common["adam_eps"],
            "--lr-scheduler", common["lr_scheduler"], "--lr", str(lr), "--warmup-updates", str(warmup),
@@ -355,7 +355,7 @@ def build(opts: dict) -> dict:
            "--max-tokens", str(max_tokens), "--max-update", str(max_update), *hw,
            "--save-dir", o["save"], "--save-interval-updates", str(save_every),
            "--keep-interval-updates", str(common["keep_interval_updates"]), "--no-epoch-checkpoints",
-           "--log-format", "simple", "--log-interval", str(log_every), "--seed", str(seed), *logging, *o["extra"]]
+           "--log-format", "simple", "--log-interval", str(log_every), "--seed", str(seed), *logging], o["extra"])]
     check_arch(o["arch"])
     # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
     suffix = f".node{node_rank}" if node_rank else ""
@@ -363,6 +363,23 @@ def build(opts: dict) -> dict:
     identity = f"arch={o['arch']}\ndata={binary}\nsize={size}\nseed={seed}\nshare={share_mode}\ntiny={int(tiny)}"
     return dict(cmd=cmd, warnings=warnings, launcher=launcher, save=save, identity=identity, rank0=not node_rank,
                 log=save / f"train{suffix}.log", lock=save / f"train{suffix}.lock")
+
+
+def with_overrides(command: List[str], extra: List[str]) -> List[str]:
+    """``command + extra`` with each flag given once, as it takes effect: fairseq takes a flag's
+    last value, so a flag of ``extra`` (the fairseq flags after ``--``) replaces its earlier
+    occurrence in ``command``, values and all, and the printed command says what runs."""
+    def flag(word):
+        return word.split("=", 1)[0] if word.startswith("--") else None
+
+    given = {flag(w) for w in extra if flag(w)}
+    kept, dropping = [], False
+    for word in command:
+        if flag(word):
+            dropping = flag(word) in given
+        if not dropping:
+            kept.append(word)
+    return kept + list(extra)
 
 
 def check_tools(opts: dict, plan: dict) -> None:

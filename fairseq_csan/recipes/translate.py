@@ -105,12 +105,13 @@ def load(args):
         hub.cfg.dataset.batch_size = args.batch_size
         hub.cfg.dataset.max_tokens = None
     hub.eval()
-    if not args.cpu:
-        import torch
+    import torch
 
-        if not torch.cuda.is_available():
-            raise SystemExit("translate: no GPU found; pass --cpu to decode on the CPU")
+    # the device rule of the quick start and the hub: the GPU when torch sees one; --cpu forces the CPU
+    if not args.cpu and torch.cuda.is_available():
         hub.cuda()
+    elif args.fp16:
+        raise SystemExit("translate: --fp16 decodes on a GPU, and torch sees none here; leave out --fp16")
     if args.fp16:
         hub.half()
     return hub
@@ -192,7 +193,8 @@ def main(argv=None):
                         help=f"length penalty (default {decoding.LENPEN})")
     parser.add_argument("--batch-size", type=int, default=decoding.BATCH_SIZE,
                         help=f"sentences per batch (default {decoding.BATCH_SIZE}, as evaluate.sh)")
-    parser.add_argument("--cpu", action="store_true", help="decode on the CPU")
+    parser.add_argument("--cpu", action="store_true",
+                        help="decode on the CPU even where there is a GPU (default: the GPU when torch sees one)")
     parser.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing --output")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="S",

@@ -1,0 +1,155 @@
+"""prepare files: the user's own corpus in any language pair, either direction, through training,
+evaluation, export and translation; the presets are the same path (fairseq_csan.recipes.prepare,
+corpora.files_task, text's per-language rules, score's sacreBLEU tokeniser)."""
+
+import json
+import re
+import sys
+
+import pytest
+
+from conftest import shared_corpus
+from recipe_helpers import lines, prepare_planner, refusal_of, run, walk_options, write
+
+PREPARE = [sys.executable, "-m", "fairseq_csan.recipes.prepare"]
+# the shared corpora of three pairs: folder, (src, tgt) as stored, and their train/valid/test names
+CORPORA = {
+    "multi30k_en_fr": (("en", "fr"), ("train", "val", "test_2016_flickr")),
+    "tatoeba_zh_en": (("zh", "en"), ("train", "valid", "test")),
+    "kftt30k_ja_en": (("ja", "en"), ("train", "dev", "tune")),
+}
+TOKENIZER = {"en": "moses en", "fr": "moses fr", "zh": "jieba", "ja": "mecab (fugashi, unidic-lite)"}
+SACREBLEU_TOK = {"zh": "tok:zh", "ja": "tok:ja-mecab-"}  # every other target: 13a
+
+
+def own_files(corpus, folder, n_train=400, n_eval=16):
+    """The first lines of a shared corpus as the user's files: folder/{train,valid,test}.LANG."""
+    source = shared_corpus(corpus)
+    langs, names = CORPORA[corpus]
+    for split, name in zip(("train", "valid", "test"), names):
+        for lang in langs:
+            write(folder / f"{split}.{lang}", lines(source / f"{name}.{lang}")[:n_train if split == "train" else n_eval])
+    return folder
+
+
+def prepare_files(src, tgt, raw, out, *extra):
+    return run([*PREPARE, "files", "--src", src, "--tgt", tgt, "--train", raw / "train", "--valid", raw / "valid",
+                "--test", raw / "test", "--out", out, "--merges", 200, "--workers", 2, *extra])
+
+
+# ------------------------------------------------------------------- without training
+
+def test_refusals_name_the_flag(tmp_path, capsys):
+    from fairseq_csan.recipes import prepare
+
+    raw = own_files("multi30k_en_fr", tmp_path / "raw", n_train=20, n_eval=4)
+    base = ["files", "--train", raw / "train", "--valid", raw / "valid", "--test", raw / "test",
+            "--out", tmp_path / "out"]
+    for extra, message in (
+        (["--src", "en", "--tgt", "en"], "--src and --tgt are both en"),
+        (["--src", "EN", "--tgt", "fr"], "--src 'EN' is not a language code"),
+        (["--src", "en", "--tgt", "de"], f"--train {raw / 'train'}: no file {raw / 'train.de'} (its de side"),
+        (["--src", "en", "--tgt", "fr", "--raw-dir", raw], "unrecognized arguments: --raw-dir"),
+        (["--src", "en", "--tgt", "fr", "--clean-ratio", "0.5"], "--clean-ratio must be at least 1"),
+    ):
+        refused = refusal_of(prepare.main, [*base, *extra], capsys)
+        assert refused and message in refused, (extra, refused)
+    assert not (tmp_path / "out" / "raw").exists()
+
+
+def test_help_without_a_task_is_help(capsys):
+    from fairseq_csan.recipes import prepare
+
+    with pytest.raises(SystemExit) as stop:
+        prepare.main(["--help"])
+    assert stop.value.code == 0 and "prepare files --src XX --tgt YY" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        prepare.main([])
+    assert stop.value.code == 2 and "give a task: files (your own corpus) or a preset" in capsys.readouterr().err
+
+
+def test_every_option_changes_the_preparation_or_is_refused(tmp_path, monkeypatch, capsys):
+    raw = own_files("multi30k_en_fr", tmp_path / "raw", n_train=20, n_eval=4)
+    write(tmp_path / "raw/second.en", lines(raw / "test.en"))
+    write(tmp_path / "raw/second.fr", lines(raw / "test.fr"))
+    base = ["files", "--src", "en", "--tgt", "fr", "--train", raw / "train", "--valid", raw / "valid",
+            "--test", raw / "test", "--workers", "2"]
+    plan = prepare_planner(monkeypatch, capsys, tmp_path, base)
+    walk_options(plan, [["--src", "fr", "--tgt", "en"], ["--train", raw / "valid"], ["--valid", raw / "test"],
+                        ["--test", raw / "second"], ["--out", tmp_path / "elsewhere"], ["--merges", "50"],
+                        ["--workers", "1"], ["--joint-bpe", "0"], ["--clean-ratio", "2"], ["--clean-max-len", "9"]])
+    recorded, _ = plan(["--test", raw / "second"])
+    assert "--testpref" in recorded and "OUT/bpe/test,OUT/bpe/test1" in recorded  # two test sets
+
+
+def test_the_user_files_and_the_preset_are_one_path(tmp_path):
+    """Multi30k En-De through its preset and through prepare files: the same files, byte for
+    byte, everywhere but recipe.env's task name."""
+    m30k = shared_corpus("multi30k_en_de")
+    raw = tmp_path / "raw"
+    for name, n in (("train", 300), ("val", 16), ("test_2016_flickr", 16)):
+        for lang in ("en", "de"):
+            write(raw / f"{name}.{lang}", lines(m30k / f"{name}.{lang}")[:n])
+    run(["bash", "examples/multi30k/prepare.sh", "--raw-dir", raw, "--out", tmp_path / "preset", "--merges", 200,
+         "--workers", 2, "--no-download"])
+    run([*PREPARE, "files", "--src", "en", "--tgt", "de", "--train", raw / "train", "--valid", raw / "val",
+         "--test", raw / "test_2016_flickr", "--out", tmp_path / "files", "--merges", 200, "--workers", 2,
+         "--clean-ratio", "1.5"])
+    compared = 0
+    for path in sorted((tmp_path / "preset").rglob("*")):
+        rel = path.relative_to(tmp_path / "preset")
+        if path.is_file() and rel.parts[0] not in (".steps", ".lock") and rel.name not in ("recipe.env", "preprocess.log"):
+            assert (tmp_path / "files" / rel).read_bytes() == path.read_bytes(), rel
+            compared += 1
+    assert compared >= 30
+    preset, files = ((tmp_path / f / "recipe.env").read_text().splitlines() for f in ("preset", "files"))
+    assert [r for r in preset if not r.startswith("task=")] == [r for r in files if not r.startswith("task=")]
+    assert "task=multi30k_en_de" in preset and "task=en_de" in files
+
+
+# --------------------------------------------------------------- the whole path, per pair
+
+DIRECTIONS = [("multi30k_en_fr", "en", "fr"), ("multi30k_en_fr", "fr", "en"), ("tatoeba_zh_en", "zh", "en"),
+              ("tatoeba_zh_en", "en", "zh"), ("kftt30k_ja_en", "ja", "en"), ("kftt30k_ja_en", "en", "ja")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus,src,tgt", DIRECTIONS, ids=[f"{s}-{t}" for _, s, t in DIRECTIONS])
+def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tmp_path):
+    """prepare files, a tiny training, evaluate.sh, export and translate.py, with the languages
+    checked at each step: recorded, tokenised by their own rules, scored as the target needs."""
+    raw = own_files(corpus, tmp_path / "raw")
+    task = tmp_path / "task"
+    prepared = prepare_files(src, tgt, raw, task)
+    assert "\r" not in prepared.stderr  # no progress bar drawn into a log
+    settings = dict(row.split("=", 1) for row in (task / "recipe.env").read_text().splitlines())
+    assert (settings["src"], settings["tgt"], settings["task"]) == (src, tgt, f"{src}_{tgt}")
+    assert (settings["tokenizer_src"], settings["tokenizer_tgt"]) == (TOKENIZER[src], TOKENIZER[tgt])
+    assert sorted(p.name for p in (task / "data-bin").glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
+    if "fr" in (src, tgt):  # French rules keep the elision on its word ("l' homme"), German's would not
+        assert any(token.endswith("'") and len(token) > 1 for row in lines(task / "tok/train.fr") for token in row.split())
+
+    save = tmp_path / "ck"
+    run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer_csan2d", "--save-dir", save, "--cpu-tiny",
+         "--max-update", 3])
+    ev = tmp_path / "ev"
+    run(["bash", "scripts/evaluate.sh", "--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", ev, "--cpu"])
+    results = json.loads((ev / "results.json").read_text())
+    assert results["task"] == f"{src}_{tgt}" and results["sentences"] == 16
+    assert SACREBLEU_TOK.get(tgt, "tok:13a") in results["sacrebleu_signature"]
+    assert results["bleu_compound"] is None  # German targets only
+    hyps = lines(ev / "hyp.detok")
+    if tgt in ("zh", "ja"):  # segmented scripts are joined back: no space between two of their characters
+        assert not [h for h in hyps if re.search(r"[^\x00-\x7f] [^\x00-\x7f]", h)]
+        assert [h for h in lines(ev / "hyp.tok") if re.search(r"[^\x00-\x7f] [^\x00-\x7f]", h)]  # they were spaced
+
+    model = tmp_path / "model"
+    run([sys.executable, "-m", "fairseq_csan.recipes.export", "--data", task, "--checkpoint", save / "checkpoint_last.pt",
+         "--out", model])
+    about = json.loads((model / "export.json").read_text())
+    assert (about["source_lang"], about["target_lang"], about["task"]) == (src, tgt, f"{src}_{tgt}")
+    assert sorted(p.name for p in model.glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
+    # translate.py picks the device as the hub does (no --cpu needed), and agrees with evaluate.sh
+    run([sys.executable, "-m", "fairseq_csan.recipes.translate", "--model", model, "--input", task / f"raw/test.{src}",
+         "--output", tmp_path / f"out.{tgt}"])
+    assert lines(tmp_path / f"out.{tgt}") == hyps
