@@ -28,8 +28,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.8",
     packages=find_packages(include=["fairseq_csan", "fairseq_csan.*"]),
-    # the training recipe's hyper-parameters (fairseq_csan/recipes/train.py reads them)
-    package_data={"fairseq_csan.recipes": ["hparams.json"]},
+    # the training recipe's hyper-parameters (fairseq_csan/recipes/train.py reads them), and the
+    # benchmark's sentence lengths (newstest2014's word counts: numbers only)
+    package_data={"fairseq_csan.recipes": ["hparams.json", "newstest2014_lengths.tsv"]},
     install_requires=[
         "torch>=1.13",
         "sacrebleu>=2.0",
@@ -40,7 +41,7 @@ setup(
         "omegaconf>=2.0.6,<2.4",
         "numpy>=1.21.3",
         "regex",
-        "tqdm",
+        "tqdm>=4.66",  # TQDM_DISABLE: no progress bars in the recipes' logs (steps.py)
         "bitarray",
         "scikit-learn",
         "packaging",

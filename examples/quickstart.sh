@@ -17,7 +17,9 @@
 # Settings (environment variables):
 #   CORPUS       a folder of line-aligned UTF-8 files in both languages: train.SRC/.TGT, val or
 #                valid, and one or more test* (the first in name order is the test set; Multi30k's
-#                own names work as they are). Default: the toy corpus, written to WORK/raw
+#                own names work as they are: en-de with val and test_2016_flickr alone is prepared
+#                as examples/multi30k/prepare.sh, any other as your own files, prepare files).
+#                Default: the toy corpus, written to WORK/raw
 #   SRC, TGT     the languages, as the files' suffixes (default en and de); the toy corpus is
 #                English-German (en-de or de-en)
 #   WORK         output folder (default work/quickstart/<toy or the corpus folder's name>, with
@@ -27,10 +29,10 @@
 #                encoder layers
 #   MODEL        the exported model folder (default WORK/model, WORK/model_ARCH for another ARCH)
 #   DEVICE       auto (default: the GPU when torch sees one, else the CPU), cpu or cuda
-#   MAX_UPDATE   training updates (default 400 for the toy corpus, 600 for Multi30k)
-#   DIM          model width (default 128 toy, 256 Multi30k); FFN width is 2*DIM
+#   MAX_UPDATE   training updates (default 400 for the toy corpus, 600 for a CORPUS)
+#   DIM          model width (default 128 toy, 256 for a CORPUS); FFN width is 2*DIM
 #   MAX_TOKENS   tokens per batch (default 4096)
-#   BPE_MERGES   joint BPE merge operations (default 2000 toy, 8000 Multi30k)
+#   BPE_MERGES   joint BPE merge operations (default 2000 toy, 8000 for a CORPUS, as for Multi30k)
 #   MODEL_FLAGS  extra fairseq-train flags, appended last so they win
 #   TOY_ARGS     options for the toy corpus writer (default: "--train 20000 --valid 500 --test 500")
 #   FORCE=1      redo every step, replacing what WORK holds
@@ -99,8 +101,13 @@ if [ -n "$CORPUS" ]; then
   [ -z "$TOY_ARGS" ] || die "TOY_ARGS sets the toy corpus, and CORPUS=$CORPUS replaces it; leave out one of them"
   [ -d "$CORPUS" ] || die "CORPUS=$CORPUS is not a folder"
   VALID=val; [ -e "$CORPUS/val.$SRC" ] || [ ! -e "$CORPUS/valid.$SRC" ] || VALID=valid
-  TESTS=()
-  for f in "$CORPUS"/test*."$SRC"; do [ -e "$f" ] && TESTS+=("$(basename "$f" ".$SRC")"); done
+  [ ! -e "$CORPUS/val.$SRC" ] || [ ! -e "$CORPUS/valid.$SRC" ] \
+    || die "CORPUS=$CORPUS holds both val.$SRC and valid.$SRC: move one of them out of the way"
+  TESTS=()  # in byte order of their names, whatever the locale; a test set without its TGT side is left out
+  while IFS= read -r f; do
+    name=$(basename "$f" ".$SRC")
+    if [ -e "$CORPUS/$name.$TGT" ]; then TESTS+=("$name"); else say "  $f has no $name.$TGT: not a test set here"; fi
+  done < <(LC_ALL=C find "$CORPUS" -maxdepth 1 -name "test*.$SRC" | LC_ALL=C sort)
   need() { for lang in "$SRC" "$TGT"; do
     [ -s "$CORPUS/$1.$lang" ] || die "missing $CORPUS/$1.$lang: CORPUS holds train, val (or valid) and test* files, each in $SRC and $TGT (SRC and TGT set the languages)"
   done; }
@@ -125,6 +132,8 @@ if [ -z "$CORPUS" ]; then
   else  # German-English: the toy corpus as your own files
     PREPARE=(python -m fairseq_csan.recipes.prepare files --src de --tgt en --train "$RAW/train" --valid "$RAW/val" --test "$RAW/test")
   fi
+elif [ "$SRC-$TGT $VALID ${TESTS[*]}" = "en-de val test_2016_flickr" ]; then  # Multi30k as the README unpacks it
+  PREPARE=(bash "$ROOT/examples/multi30k/prepare.sh" --raw-dir "$CORPUS" --no-download)
 else
   TEST_FLAGS=()
   for f in "${TESTS[@]}"; do TEST_FLAGS+=(--test "$CORPUS/$f"); done

@@ -32,7 +32,8 @@ if _logging_unset and logging.root.handlers:
     # import the plugin, and keep theirs).
     import os as _os
 
-    logging.root.setLevel(_os.environ.get("LOGLEVEL", "WARNING").upper())
+    _level = _os.environ.get("LOGLEVEL", "WARNING").upper()
+    logging.root.setLevel(_level if isinstance(logging.getLevelName(_level), int) else logging.WARNING)
 
 from . import fairseq_compat, models  # noqa: F401,E402  (registers everything)
 from . import tokenizer  # noqa: F401,E402  (--tokenizer csan_recipe; its packages load when built)

@@ -12,17 +12,22 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 usage() {
   cat <<'EOF'
 usage: scripts/gpu_check.sh [--out DIR] [--only tests,benchmark,multi30k] [--precisions fp32,fp16,bf16]
-                            [--lengths-from PREFIX] [--multi30k-updates N] [--multi30k-jobs N] [--dry-run]
+                            [--lengths-from PREFIX] [--raw-dir DIR] [--multi30k-updates N] [--multi30k-jobs N]
+                            [--dry-run]
 
   --out DIR              logs, tables and the Multi30k runs (default runs/gpu_check)
   --only LIST            the steps to run, comma-separated (default: all three)
   --precisions LIST      the benchmark's precisions, comma-separated (default fp32,fp16,bf16)
-  --lengths-from PREFIX  the benchmark's sentence lengths: an .en/.de pair (default
-                         data/wmt14_en_de/raw/test, newstest2014 as the WMT14 recipe prepares it)
+  --lengths-from PREFIX  the benchmark's sentence lengths: an .en/.de pair (default: newstest2014's,
+                         shipped with the package; nothing need be prepared)
+  --raw-dir DIR          Multi30k's raw files (default $MULTI30K, else data/multi30k_raw, where the
+                         README unpacks them); checked before any GPU work
   --multi30k-updates N   training updates per Multi30k run (default 6000: converged at this size)
   --multi30k-jobs N      Multi30k runs sharing the GPU at once (default 4)
-  --dry-run              list what would run, and exit (works without a GPU)
-The options of a step that --only leaves out are refused (they would change nothing).
+  --dry-run              list what would run, and what a run would stop at, and exit (works
+                         without a GPU)
+The options of a step that --only leaves out are refused (they would change nothing). On a
+machine without a GPU that is the first thing it says.
 EOF
 }
 
@@ -30,7 +35,7 @@ die() { echo "[gpu_check] error: $*" >&2; exit 2; }
 say() { echo "[gpu_check] $*" >&2; }
 
 out="$ROOT/runs/gpu_check" only="tests,benchmark,multi30k" updates=6000 jobs=4 dry_run=0
-precisions="fp32,fp16,bf16" lengths="$ROOT/data/wmt14_en_de/raw/test" given=" "
+precisions="fp32,fp16,bf16" lengths="" raw="${MULTI30K:-data/multi30k_raw}" given=" "
 while [ $# -gt 0 ]; do
   given+="$1 "
   case "$1" in
@@ -38,6 +43,7 @@ while [ $# -gt 0 ]; do
     --only) only="${2:?--only needs a list}"; shift 2 ;;
     --precisions) precisions="${2:?--precisions needs a list}"; shift 2 ;;
     --lengths-from) lengths="${2:?--lengths-from needs a file prefix}"; shift 2 ;;
+    --raw-dir) raw="${2:?--raw-dir needs a folder}"; shift 2 ;;
     --multi30k-updates) updates="${2:?--multi30k-updates needs a number}"; shift 2 ;;
     --multi30k-jobs) jobs="${2:?--multi30k-jobs needs a number}"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -47,7 +53,8 @@ while [ $# -gt 0 ]; do
 done
 # the steps run in the repository: relative paths are the caller's
 case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
-case "$lengths" in /*) ;; *) lengths="$PWD/$lengths" ;; esac
+case "$lengths" in /*|"") ;; *) lengths="$PWD/$lengths" ;; esac
+case "$raw" in /*) ;; *) raw="$PWD/$raw" ;; esac
 for pair in "multi30k-updates:$updates" "multi30k-jobs:$jobs"; do
   [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || die "--${pair%%:*} must be a whole number of 1 or more, got '${pair#*:}'"
 done
@@ -57,7 +64,7 @@ for step in "${steps[@]}"; do
   case "$step" in tests|benchmark|multi30k) ;; *) die "--only takes tests, benchmark and multi30k, got '$step'" ;; esac
 done
 # a step's options with the step left out would be ignored: refused instead
-for pair in benchmark:--precisions benchmark:--lengths-from multi30k:--multi30k-updates multi30k:--multi30k-jobs; do
+for pair in benchmark:--precisions benchmark:--lengths-from multi30k:--raw-dir multi30k:--multi30k-updates multi30k:--multi30k-jobs; do
   if [[ "$given" == *" ${pair#*:} "* && ",$only," != *",${pair%%:*},"* ]]; then
     die "${pair#*:} sets the ${pair%%:*} step, which --only $only leaves out"
   fi
@@ -80,28 +87,43 @@ for step in "${steps[@]}"; do
       for precision in "${precision_list[@]}"; do
         for mode in train decode; do
           add "benchmark-$mode-$precision" python -m fairseq_csan.recipes.benchmark --mode "$mode" --device cuda \
-            --precision "$precision" --all --lengths-from "$lengths" --out "$out/benchmark_${mode}_$precision.md"
+            --precision "$precision" --all ${lengths:+--lengths-from "$lengths"} --out "$out/benchmark_${mode}_$precision.md"
         done
         add "benchmark-crossover-$precision" python -m fairseq_csan.recipes.benchmark --mode crossover --device cuda \
           --precision "$precision" --out "$out/benchmark_crossover_$precision.md"
       done ;;
     multi30k)
       add multi30k python -m fairseq_csan.recipes.multi30k --device cuda --jobs "$jobs" \
-        --max-update "$updates" --out "$out/multi30k" ;;
+        --max-update "$updates" --raw-dir "$raw" --out "$out/multi30k" ;;
   esac
 done
+
+# what the steps read, checked before any GPU work: the first problem, or nothing
+missing_input() {
+  if [[ ",$only," == *,benchmark,* && -n "$lengths" ]]; then
+    for lang in en de; do
+      [ -f "$lengths.$lang" ] || { echo "--lengths-from: no length source at $lengths.$lang (give an .en/.de pair, e.g. newstest2014, or leave it out for the shipped one)"; return; }
+    done
+  fi
+  if [[ ",$only," == *,multi30k,* ]]; then
+    for f in train val test_2016_flickr; do for lang in en de; do
+      [ -s "$raw/$f.$lang" ] || { echo "--raw-dir: no Multi30k file $raw/$f.$lang (unpack Multi30k as the README shows, or give --raw-dir DIR)"; return; }
+    done; done
+  fi
+}
 
 if [ "$dry_run" = 1 ]; then
   say "the logs and tables would go to $out"
   for i in "${!names[@]}"; do echo "${names[$i]}: ${commands[$i]}"; done
+  problem=$(missing_input)
+  [ -z "$problem" ] || say "a run would stop before any GPU work: $problem"
   exit 0
 fi
 
-if [[ ",$only," == *,benchmark,* ]] && [ ! -f "$lengths.en" ]; then
-  die "--lengths-from: no length source at $lengths.en (give an .en/.de pair, e.g. newstest2014)"
-fi
 gpus=$(python -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
 [ "$gpus" -ge 1 ] || die "no CUDA device here: these checks need a GPU (--dry-run lists them; the CPU-side checks are the normal test suite)"
+problem=$(missing_input)
+[ -z "$problem" ] || die "$problem"
 if [[ ",$only," == *,benchmark,* && ",$precisions," == *,bf16,* ]] &&
    [ "$(python -c "import torch; print(int(torch.cuda.is_bf16_supported()))")" != 1 ]; then
   die "--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16"

@@ -28,6 +28,14 @@ def last_line(stderr):
 
 # ---------------------------------------------------------------- timing and crossover
 
+def test_the_shipped_lengths_are_newstest2014_s():
+    """The default sentence lengths need nothing prepared: the word counts of newstest2014, read
+    as --lengths-from reads the text itself."""
+    text = shared_corpus("wmt14_en_de") / "newstest2014"
+    assert benchmark.length_pairs(None, 128) == benchmark.length_pairs(text, 128)
+    assert len(benchmark.length_pairs(None, 10_000)) == 3003
+
+
 def test_a_gpu_call_is_timed_between_two_synchronisations(monkeypatch):
     events = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: events.append("sync"))

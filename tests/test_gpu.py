@@ -153,7 +153,7 @@ def gpu_check(*options):
 
 def test_gpu_check_lists_a_command_for_every_step():
     done = gpu_check("--dry-run", "--out", "/o", "--multi30k-updates", "500", "--multi30k-jobs", "3",
-                     "--lengths-from", "/d/newstest2014")
+                     "--lengths-from", "/d/newstest2014", "--raw-dir", "/r")
     assert done.returncode == 0, done.stderr
     steps = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     benchmark = [f"benchmark-{mode}-{precision}" for precision in ("fp32", "fp16", "bf16")
@@ -170,13 +170,13 @@ def test_gpu_check_lists_a_command_for_every_step():
             f"python -m fairseq_csan.recipes.benchmark --mode crossover --device cuda --precision {precision} "
             f"--out /o/benchmark_crossover_{precision}.md")
     assert steps["multi30k"] == ("python -m fairseq_csan.recipes.multi30k --device cuda --jobs 3 "
-                                 "--max-update 500 --out /o/multi30k")
+                                 "--max-update 500 --raw-dir /r --out /o/multi30k")
     done = gpu_check("--dry-run", "--only", "tests")
     assert done.stdout.splitlines() == [f"tests: python -m pytest -rs -v {REPO}/tests/test_gpu.py"]
     done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16")
     assert [line.split(":")[0] for line in done.stdout.splitlines()] == [
         "benchmark-train-fp16", "benchmark-decode-fp16", "benchmark-crossover-fp16"]
-    assert f"--lengths-from {REPO}/data/wmt14_en_de/raw/test " in done.stdout  # the benchmark's own default
+    assert "--lengths-from" not in done.stdout  # the benchmark's own: the shipped newstest2014 lengths
 
 
 @pytest.mark.parametrize("only", ["tests,benchmark,multi30k", "tests", "benchmark", "multi30k"])
@@ -190,7 +190,7 @@ def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only):
         return done.stdout + done.stderr, (done.stderr.strip() or f"exit {done.returncode}") if done.returncode else None
 
     walk_options(plan, [["--out", "/o"], ["--only", "tests,benchmark"], ["--precisions", "fp16"],
-                        ["--lengths-from", "/d/newstest2014"], ["--multi30k-updates", "500"],
+                        ["--lengths-from", "/d/newstest2014"], ["--raw-dir", "/r"], ["--multi30k-updates", "500"],
                         ["--multi30k-jobs", "3"], ["--multi30k-jobs", "0"], ["--only", "tests,gpu"]])
 
 
@@ -226,13 +226,23 @@ def test_gpu_check_without_cuda_says_so():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
-def test_gpu_check_names_a_missing_length_source_before_anything(tmp_path):
-    done = gpu_check("--out", str(tmp_path / "o"), "--lengths-from", str(tmp_path / "none"))
-    assert done.returncode == 2
-    assert f"--lengths-from: no length source at {tmp_path}/none.en" in done.stderr
+def test_gpu_check_says_no_gpu_first_and_its_dry_run_names_a_missing_input(tmp_path):
+    """Nothing need be prepared (the lengths are shipped, Multi30k is found where the README
+    unpacks it); a missing input given is named by the dry run, and on a machine without a GPU
+    a run says that first."""
+    missing = ["--lengths-from", str(tmp_path / "none"), "--raw-dir", str(tmp_path / "no_m30k")]
+    done = gpu_check("--out", str(tmp_path / "o"), *missing)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "[gpu_check] error: no CUDA device here: these checks need a GPU (--dry-run lists them; the CPU-side "
+        "checks are the normal test suite)"]
+    done = gpu_check("--dry-run", "--out", str(tmp_path / "o"), *missing)
+    assert done.returncode == 0 and f"a run would stop before any GPU work: --lengths-from: no length source at " \
+        f"{tmp_path}/none.en" in done.stderr
+    done = gpu_check("--dry-run", "--out", str(tmp_path / "o"), "--raw-dir", str(tmp_path / "no_m30k"))
+    assert f"--raw-dir: no Multi30k file {tmp_path}/no_m30k/train.en" in done.stderr
+    done = gpu_check("--dry-run", "--out", str(tmp_path / "o"), "--raw-dir", str(shared_corpus("multi30k_en_de")))
+    assert done.returncode == 0 and "would stop" not in done.stderr  # the shipped lengths, the shared Multi30k
     assert not (tmp_path / "o").exists()
-    done = gpu_check("--out", str(tmp_path / "o"), "--only", "tests")
-    assert done.returncode == 2 and "no CUDA device here" in done.stderr  # no benchmark, no length source needed
 
 
 @pytest.mark.parametrize("options, message", [

@@ -45,7 +45,13 @@ def test_refusals_name_the_flag(tmp_path, capsys):
     raw = own_files("multi30k_en_fr", tmp_path / "raw", n_train=20, n_eval=4)
     base = ["files", "--train", raw / "train", "--valid", raw / "valid", "--test", raw / "test",
             "--out", tmp_path / "out"]
+    refused = refusal_of(prepare.main, [*base, "--src", "en", "--tgt", "de", "--out", tmp_path / "elsewhere"], capsys)
+    assert refused and "no file" in refused
+    inside = tmp_path / "out" / "raw" / "mine"  # a corpus where prepare writes: a rerun would remove it
+    write(inside.with_suffix(".en"), ["a"])
+    write(inside.with_suffix(".fr"), ["b"])
     for extra, message in (
+        (["--src", "en", "--tgt", "fr", "--test", inside], "which this command reads"),
         (["--src", "en", "--tgt", "en"], "--src and --tgt are both en"),
         (["--src", "EN", "--tgt", "fr"], "--src 'EN' is not a language code"),
         (["--src", "en", "--tgt", "de"], f"--train {raw / 'train'}: no file {raw / 'train.de'} (its de side"),
@@ -54,7 +60,23 @@ def test_refusals_name_the_flag(tmp_path, capsys):
     ):
         refused = refusal_of(prepare.main, [*base, *extra], capsys)
         assert refused and message in refused, (extra, refused)
-    assert not (tmp_path / "out" / "raw").exists()
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*") if p.name != ".lock") == ["mine.en", "mine.fr", "raw"]
+    assert not (tmp_path / "elsewhere").exists()  # a missing file is named before the output folder is made
+
+
+def test_a_folder_prepared_before_the_languages_were_recorded_reads_as_it_was(tmp_path):
+    """recipe.env of before: no tests, no tokenisers; read as one test set and the rules its
+    languages have always had, and a rerun with the same settings is not refused."""
+    from fairseq_csan.recipes.task import PreparedTask
+
+    old = ["task=wmt17_zh_en", "src=zh", "tgt=en", "merges=32000", "joint_bpe=0", "clean_max_len=250", "clean_ratio=9"]
+    write(tmp_path / "recipe.env", old)
+    (tmp_path / "data-bin").mkdir()
+    task = PreparedTask.open(tmp_path)
+    assert task.test_sets == ["test"] and task.splits == ["train", "valid", "test"]
+    assert (task.tokenizer_src, task.tokenizer_tgt) == ("jieba", "moses en")
+    again = PreparedTask.create(tmp_path, dict(task.settings))
+    assert again.settings == task.settings
 
 
 def test_help_without_a_task_is_help(capsys):
@@ -124,6 +146,8 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
     assert "\r" not in prepared.stderr  # no progress bar drawn into a log
     settings = dict(row.split("=", 1) for row in (task / "recipe.env").read_text().splitlines())
     assert (settings["src"], settings["tgt"], settings["task"]) == (src, tgt, f"{src}_{tgt}")
+    segmented = {src, tgt} & {"zh", "ja"}  # the Zh-En and Ja-En presets' defaults: one BPE each, ratio 9
+    assert (settings["joint_bpe"], settings["clean_ratio"]) == (("0", "9") if segmented else ("1", "1.5"))
     assert (settings["tokenizer_src"], settings["tokenizer_tgt"]) == (TOKENIZER[src], TOKENIZER[tgt])
     assert sorted(p.name for p in (task / "data-bin").glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
     if "fr" in (src, tgt):  # French rules keep the elision on its word ("l' homme"), German's would not
@@ -149,7 +173,30 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
     about = json.loads((model / "export.json").read_text())
     assert (about["source_lang"], about["target_lang"], about["task"]) == (src, tgt, f"{src}_{tgt}")
     assert sorted(p.name for p in model.glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
-    # translate.py picks the device as the hub does (no --cpu needed), and agrees with evaluate.sh
+    # translate.py agrees with evaluate.sh
     run([sys.executable, "-m", "fairseq_csan.recipes.translate", "--model", model, "--input", task / f"raw/test.{src}",
-         "--output", tmp_path / f"out.{tgt}"])
+         "--output", tmp_path / f"out.{tgt}", "--cpu"])
     assert lines(tmp_path / f"out.{tgt}") == hyps
+
+
+@pytest.mark.slow
+def test_a_second_test_set_is_evaluated_on_its_own(tmp_path):
+    """--test twice: evaluate.sh --subset test1 scores the second, records it, and refuses a
+    baseline evaluated on the other one."""
+    raw = own_files("multi30k_en_fr", tmp_path / "raw", n_train=300, n_eval=12)
+    for lang in ("en", "fr"):
+        write(raw / f"second.{lang}", lines(shared_corpus("multi30k_en_fr") / f"val.{lang}")[-9:])
+    task = tmp_path / "task"
+    prepare_files("fr", "en", raw, task, "--test", raw / "second")
+    save = tmp_path / "ck"
+    run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer", "--save-dir", save, "--cpu-tiny",
+         "--max-update", 2])
+    evaluate = ["bash", "scripts/evaluate.sh", "--data", task, "--checkpoint", save / "checkpoint_last.pt", "--cpu"]
+    run([*evaluate, "--out", tmp_path / "ev1", "--subset", "test1"])
+    results = json.loads((tmp_path / "ev1/results.json").read_text())
+    assert (results["subset"], results["sentences"]) == ("test1", 9)
+    assert lines(tmp_path / "ev1/hyp.tok") != [] and len(lines(task / "raw/test1.en")) == 9
+    refused = run([*evaluate, "--out", tmp_path / "ev0", "--baseline", tmp_path / "ev1"], check=False)
+    assert refused.returncode == 2 and "is an evaluation of test1; evaluate the baseline on --subset test" in refused.stderr
+    refused = run([*evaluate, "--out", tmp_path / "ev2", "--subset", "test2"], check=False)
+    assert refused.returncode == 2 and "--subset test2: " in refused.stderr and "valid, test, test1" in refused.stderr

@@ -103,6 +103,19 @@ def test_quickstart_errors_name_the_fix(tmp_path):
     (corpus / "test.zh").rename(corpus / "eval.zh")
     done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en"}, tmp_path)
     assert done.returncode != 0 and f"CORPUS={corpus} holds no test set test*.zh" in done.stderr
+    for lang in ("zh", "en"):
+        (corpus / f"valid.{lang}").write_text("x\n", encoding="utf-8")
+    done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en"}, tmp_path)
+    assert done.returncode != 0 and "holds both val.zh and valid.zh" in done.stderr
+    for lang in ("zh", "en"):
+        (corpus / f"valid.{lang}").unlink()
+    (corpus / "eval.zh").rename(corpus / "test.zh")
+    (corpus / "test_b.zh").write_text("x\n", encoding="utf-8")  # no English side: left out, saying so
+    done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en", "DRY_RUN": "1"}, tmp_path)
+    assert done.returncode == 0 and "test_b.zh has no test_b.en: not a test set here" in done.stdout
+    assert f"--test {corpus}/test --out" in done.stdout and "--src zh --tgt en" in done.stdout
+    m30k = quickstart({"CORPUS": str(shared_corpus("multi30k_en_de")), "DRY_RUN": "1"}, tmp_path)
+    assert m30k.returncode == 0 and "examples/multi30k/prepare.sh --raw-dir" in m30k.stdout  # as before: the preset
     for env, message in (({"SRC": "fr", "TGT": "en"}, "the toy corpus is English-German (en-de or de-en)"),
                          ({"SRC": "en", "TGT": "en"}, "SRC and TGT are both en"),
                          ({"CORPUS": str(corpus), "SRC": "Chinese"}, "SRC must be a language code")):

@@ -85,3 +85,6 @@ def test_importing_the_plugin_keeps_fairseq_s_info_lines_out_of_a_script():
     loud = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "LOGLEVEL": "INFO"})
     assert "an info line" in loud.stderr
+    odd = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "LOGLEVEL": "LOUD"})  # no level: warnings, as without it
+    assert odd.returncode == 0 and "a warning line" in odd.stderr and "an info line" not in odd.stderr

@@ -37,6 +37,7 @@ H-0\t-0.2\tder erste satz
 def test_sacrebleu_tokenises_as_the_target_needs(tmp_path):
     assert [score.sacrebleu_tokenize(lang) for lang in ("en", "de", "fr", "zh", "ja")] == [
         "13a", "13a", "13a", "zh", "ja-mecab"]
+    assert score.sacrebleu_tokenize("zh_CN") == "zh"
     # a Chinese target: 13a would see one word per sentence; zh sees the characters
     write(tmp_path / "gen.txt", ["H-0\t-0.1\t我们 在 北京 学习 。", "H-1\t-0.1\t你 好"])
     write(tmp_path / "ref.tok", ["我们 在 北京 学习 。", "你 好 吗"])

@@ -92,6 +92,10 @@ def test_each_language_by_its_own_rules():
     assert text_tools.make_tokenizer("fr")("qu'un homme") == "qu' un homme"
     assert text_tools.make_tokenizer("de")("qu'un homme") == "qu ' un homme"
     assert text_tools.make_detokenizer("fr")("qu' un homme") == "qu'un homme"
+    # a code with a region takes its language's rules
+    assert [text_tools.tokenizer_name(lang) for lang in ("zh_CN", "pt_BR")] == ["jieba", "moses pt"]
+    assert text_tools.make_tokenizer("zh_TW")("我們在學習。") == text_tools.make_tokenizer("zh")("我們在學習。")
+    assert text_tools.make_detokenizer("ja_JP")("日本 語 です") == "日本語です"
 
 
 @pytest.mark.parametrize("lang", ["zh", "ja"])

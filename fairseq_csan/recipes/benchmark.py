@@ -20,7 +20,8 @@ base model page-faults its activations in again, which on a 2-core machine costs
 of the step and most of the noise. It speeds all models alike; --no-malloc-tuning turns it off.
 
 Batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De pairs
-(--lengths-from PREFIX: newstest2014.en/.de, or any En-De pair, e.g. a prepared task's raw/test), sorted by length and cut into batches
+(newstest2014_lengths.tsv, shipped with the package; --lengths-from PREFIX takes them from any
+pair of files PREFIX.en/.de instead, e.g. a prepared task's raw/test), sorted by length and cut into batches
 of at most --max-tokens tokens, as fairseq batches them; token ids are random.
 
 --table1 times every architecture of the CSAN paper's Table 1 in one run: the seven locality
@@ -89,7 +90,8 @@ from fairseq.tasks.translation import TranslationTask
 from fairseq_csan.recipes import decoding
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
-DEFAULT_LENGTHS = Path("data/wmt14_en_de/raw/test")  # newstest2014 as examples/wmt14_en_de/prepare.sh writes it
+# the sentence lengths of newstest2014 En-De (word counts only), shipped so that nothing need be prepared
+LENGTH_SAMPLE = Path(__file__).with_name("newstest2014_lengths.tsv")
 BASELINE = {"base": "transformer", "big": "transformer_vaswani_wmt_en_de_big"}
 TABLE1 = ["transformer_bidirect", "transformer_relpos", "transformer_neighbor", "transformer_local_hard",
           "transformer_local_soft", "transformer_block", "transformer_cnn", "transformer_csan1d", "transformer_csan2d"]
@@ -122,10 +124,18 @@ def make_dictionary(vocab):
     return dictionary
 
 
-def length_pairs(prefix: Path, max_len: int):
-    src = (prefix.parent / f"{prefix.name}.en").read_text(encoding="utf-8").splitlines()
-    tgt = (prefix.parent / f"{prefix.name}.de").read_text(encoding="utf-8").splitlines()
-    pairs = [(len(s.split()) + 1, len(t.split()) + 1) for s, t in zip(src, tgt)]  # + </s>
+def length_pairs(prefix, max_len: int):
+    """(source, target) lengths in tokens with the end of sentence: the word counts of the pair of
+    files ``prefix``.en/.de, or of the shipped newstest2014 sample when ``prefix`` is None."""
+    if prefix is None:
+        rows = [row.split("\t") for row in LENGTH_SAMPLE.read_text(encoding="utf-8").splitlines()
+                if row and not row.startswith("#")]
+        words = [(int(s), int(t)) for s, t in rows]
+    else:
+        src = (prefix.parent / f"{prefix.name}.en").read_text(encoding="utf-8").splitlines()
+        tgt = (prefix.parent / f"{prefix.name}.de").read_text(encoding="utf-8").splitlines()
+        words = [(len(s.split()), len(t.split())) for s, t in zip(src, tgt)]
+    pairs = [(s + 1, t + 1) for s, t in words]  # + </s>
     return [(s, t) for s, t in pairs if 1 < s <= max_len and 1 < t <= max_len]
 
 
@@ -529,9 +539,9 @@ def parse_args():
                         help="untimed rounds first (--mode long: at the first length; on a GPU and in "
                              "--mode crossover: at every length)")
     parser.add_argument("--vocab", type=positive(int, 5), default=32000, help="joined dictionary size")
-    parser.add_argument("--lengths-from", type=Path, default=DEFAULT_LENGTHS,
+    parser.add_argument("--lengths-from", type=Path, metavar="PREFIX",
                         help="prefix of an .en/.de pair of files whose word counts give the lengths "
-                             f"(default: {DEFAULT_LENGTHS}, newstest2014 in the README's prepared WMT14 task)")
+                             f"(default: newstest2014's, shipped as {LENGTH_SAMPLE.name})")
     parser.add_argument("--max-len", type=positive(int), default=128)
     parser.add_argument("--threads", type=positive(int), default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=1)
@@ -578,7 +588,7 @@ def main():
     check_device(args)
     if args.mode in ("train", "decode"):
         architectures(args)  # an unknown one fails here, before any work
-    if args.mode in ("train", "decode") and not Path(f"{args.lengths_from}.en").exists():
+    if args.mode in ("train", "decode") and args.lengths_from and not Path(f"{args.lengths_from}.en").exists():
         refuse(f"--lengths-from: no length source at {args.lengths_from}.en; give --lengths-from PREFIX "
                "(an .en/.de pair, e.g. newstest2014)")
     tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
@@ -633,7 +643,8 @@ def sentences(args, dictionary, tuned):
         batches = make_source_batches(pairs, args.batch_size, len(dictionary), n_batches, args.seed)
         step = lambda model, batch: decode_step(model, batch, dictionary, args.beam)  # noqa: E731
     if len(batches) < n_batches:
-        refuse(f"--rounds/--warmup: {n_batches} batches needed, {args.lengths_from} gives {len(batches)}")
+        refuse(f"--rounds/--warmup: {n_batches} batches needed, {args.lengths_from or LENGTH_SAMPLE.name} "
+               f"gives {len(batches)}")
     batches = [tuple(t.to(device) for t in batch) for batch in batches]
     models = {a: build(a, dictionary, extra=args.model_flags, device=device, dtype=dtype) for a in archs}
     if args.mode == "decode":
@@ -669,7 +680,7 @@ def sentences(args, dictionary, tuned):
         unit = "sentences/s"
     lines = [
         f"{what} (mean source length {src_len:.1f} tokens, lengths of "
-        f"{args.lengths_from.name}), {args.rounds} rounds (A B C C B A) after {args.warmup} warm-up.",
+        f"{args.lengths_from.name if args.lengths_from else 'newstest2014'}), {args.rounds} rounds (A B C C B A) after {args.warmup} warm-up.",
         machine(args, tuned),
         "",
         f"| architecture | parameters | {unit} (median) | ratio to baseline (median) | ratio range |",

@@ -14,6 +14,7 @@ evaluation of other checkpoint files or other settings is refused unless --force
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -188,6 +189,17 @@ def main(argv=None) -> None:
             die(f"no {what} {path}: prepare {args.data} again (the command that made it)")
     if args.baseline and not (args.baseline / "hyp.tok").is_file():
         die(f"--baseline {args.baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
+    if args.baseline and (args.baseline / "results.json").is_file():
+        theirs = json.loads((args.baseline / "results.json").read_text(encoding="utf-8")).get("subset")
+        if theirs and theirs != args.subset:
+            die(f"--baseline {args.baseline} is an evaluation of {theirs}; evaluate the baseline on --subset "
+                f"{args.subset} too")
+    from .score import sacrebleu_tokenize
+
+    try:  # what scoring the target needs (ja: MeCab for sacreBLEU), before any slow work
+        sacrebleu_tokenize(tgt)
+    except SystemExit as e:
+        die(str(e).replace("score: ", ""))
     out = args.out
     try:  # nothing this command reads may lie where it writes
         refuse_overlaps({"--out": out}, {"--data": args.data, "--checkpoints": args.checkpoints,
@@ -284,10 +296,10 @@ def main(argv=None) -> None:
     score_args = ["score", "--generate-log", str(gen), "--decode-log", str(out / "generate.log"),
                   "--ref-tok", str(refs["tokenised reference"]), "--ref-raw", str(refs["raw reference"]),
                   "--lang", tgt, "--out", str(out), "--name", args.name or arch or out.name,
-                  "--task", task.task]
+                  "--task", task.task, "--subset", args.subset]
     if arch:  # what the checkpoint itself says
         score_args += ["--arch", arch]
-    if tgt == "de":
+    if tgt.split("_")[0] == "de":  # de, de_AT
         score_args.append("--compound-split")
     if run and (run_folder / "train.log").is_file():  # the training of the checkpoints evaluated
         score_args += ["--train-log", str(run_folder / "train.log")]

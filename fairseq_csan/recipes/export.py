@@ -125,7 +125,7 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
         raise ExportError(f"no checkpoint {checkpoint}")
     codes = task.codes(task.src)
     if not codes.is_file():
-        raise ExportError(f"no BPE codes {codes} (prepare {data} again with examples/<task>/prepare.sh)")
+        raise ExportError(f"no BPE codes {codes} (prepare {data} again with the command that made it)")
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a folder")
     if out.resolve() == task.root.resolve() or task.root.resolve() in out.resolve().parents:

@@ -6,7 +6,7 @@ cleaning ratio, the default merges); see docs/recipes.md. The steps, each record
 rerun skips what is current and redoes, saying why, what was made from other inputs::
 
   1 gather   raw corpora -> OUT/raw/{train,valid,test,test1..}.{SRC,TGT}   (corpora.py)
-  2 tokenise Moses (en, de), jieba (zh), MeCab (ja) -> OUT/tok/            (text.py)
+  2 tokenise each language's rules: Moses, jieba (zh), MeCab (ja) -> OUT/tok/  (text.py)
   3 clean    training pairs: empty, > --clean-max-len tokens, ratio > --clean-ratio, a token
              over 100 characters (text.MAX_TOKEN_CHARS; the log counts them)
   4 BPE      subword-nmt learn-bpe -> OUT/bpe/codes (joint) or codes.LANG
@@ -86,10 +86,12 @@ def files_parser():
     p.add_argument("--test", required=True, action="append", metavar="PREFIX",
                    help="a test set; repeat for more (the first is the subset test, then test1, test2, ...)")
     _common(p, "data/XX_YY", "32000, as the papers; fewer for a small corpus, e.g. 8000 for 30K pairs")
-    p.add_argument("--joint-bpe", type=int, choices=(0, 1), default=1,
-                   help="1: one BPE model and one dictionary for both languages (default); 0: one each")
-    p.add_argument("--clean-ratio", type=float, default=1.5, metavar="R",
-                   help="drop training pairs whose token-length ratio exceeds R (default 1.5)")
+    p.add_argument("--joint-bpe", type=int, choices=(0, 1),
+                   help="1: one BPE model and one dictionary for both languages; 0: one each (default: 1, "
+                        "and 0 where one side is zh or ja, as the Zh-En and Ja-En presets)")
+    p.add_argument("--clean-ratio", type=float, metavar="R",
+                   help="drop training pairs whose token-length ratio exceeds R (default: 1.5, and 9 where one "
+                        "side is zh or ja, whose words are counted otherwise, as the presets)")
     p.add_argument("--clean-max-len", type=int, default=250, metavar="N",
                    help="drop training pairs with a side over N tokens (default 250)")
     return p
@@ -103,6 +105,11 @@ def parse_files(argv):
     except ValueError as e:
         p.error(str(e))
     args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
+    segmented = {text.base_language(lang) for lang in (args.src, args.tgt)} & set(text.SEGMENTED)
+    if args.joint_bpe is None:
+        args.joint_bpe = 0 if segmented else 1
+    if args.clean_ratio is None:
+        args.clean_ratio = 9.0 if segmented else 1.5
     if args.clean_ratio < 1 or args.clean_max_len < 1:
         p.error(f"--clean-ratio must be at least 1 and --clean-max-len positive, got {args.clean_ratio:g} "
                 f"and {args.clean_max_len}")
@@ -191,7 +198,7 @@ def main(argv=None) -> None:
         if shutil.which(tool) is None:
             die(f"{tool} not found: install the project with bash scripts/install.sh")
     for lang in (src, tgt):
-        module = TOKENIZER_PACKAGE.get(lang, "sacremoses")
+        module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
         try:
             __import__(module)
         except ImportError:
@@ -210,17 +217,17 @@ def main(argv=None) -> None:
         if overlap(path, raw) in ("is", "holds"):
             die(f"--out {out}'s {sub}/ {path} {overlap(path, raw)} --raw-dir {raw}, which this command reads; "
                 "keep the raw corpora elsewhere (the default is OUT/downloads)")
-    try:
-        lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()  # noqa: F841  (held to the end)
-    except Refusal as e:
-        die(str(e))
-
     if args.task == FILES:  # the user's files, each named: say which one is missing, in one line
         for corpus in (c for cs in spec.splits.values() for c in cs):
             for lang, path in corpus.layouts[0].items():
                 if not Path(path).is_file():
                     die(f"{corpus.name}: no file {path} (its {lang} side: PREFIX.{src} and PREFIX.{tgt}, "
                         "line-aligned UTF-8)")
+    try:
+        lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()  # noqa: F841  (held to the end)
+    except Refusal as e:
+        die(str(e))
+
     # 1 gather: find (or download) every corpus first, then check the files found
     try:
         located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
@@ -266,7 +273,7 @@ def main(argv=None) -> None:
     # 2 tokenise (the tools' versions are a setting: another tokeniser version redoes it)
     for split in splits:
         for lang in (src, tgt):
-            module = TOKENIZER_PACKAGE.get(lang, "sacremoses")
+            module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
             step(f"2/6 tokenise {split}.{lang}", f"2/6 tokenise {split}.{lang}", f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
                  lambda temps, lang=lang, split=split: text.tokenize_file(lang, task.raw(split, lang), temps[0], workers),
                  lang=lang, tokenizer=f"{module} {tools.get(module, tools.get('sacremoses'))}",

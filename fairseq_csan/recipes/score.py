@@ -8,7 +8,7 @@ usage:
 
 score reads fairseq-generate's output GEN and writes to DIR:
   hyp.tok      hypotheses in corpus order, BPE removed: the pipeline's tokenisation
-  hyp.detok    the same, Moses-detokenised
+  hyp.detok    the same, detokenised in the target language (text.make_detokenizer)
   results.json every figure below, and results.md for people
 and prints them. The figures:
   bleu_tok       case-sensitive 4-gram BLEU of hyp.tok against the tokenised reference,
@@ -90,7 +90,7 @@ SACREBLEU_TOKENIZE = {"zh": "zh", "ja": "ja-mecab"}  # the rest: 13a, sacreBLEU'
 
 def sacrebleu_tokenize(lang: str) -> str:
     """sacreBLEU's tokeniser for a target language; ja-mecab needs mecab-python3 and ipadic."""
-    name = SACREBLEU_TOKENIZE.get(lang, "13a")
+    name = SACREBLEU_TOKENIZE.get(lang.split("_")[0], "13a")  # zh_CN: zh
     if name == "ja-mecab":
         try:
             __import__("MeCab")
@@ -173,6 +173,8 @@ def score(args):
         "name": args.name or out.name,
         "arch": args.arch,
         "task": args.task,
+        "subset": args.subset,
+        "lang": args.lang,
         "sentences": len(hyps),
         "bleu_tok": tokenised_bleu(hyps, refs_tok),
         "bleu_compound": None,
@@ -196,8 +198,11 @@ def score(args):
             raise SystemExit(f"score: --baseline {args.baseline} has no hyp.tok (evaluate the baseline first)")
         if len(read_lines(baseline_hyp)) != len(hyps):
             raise SystemExit(f"score: the baseline {baseline_hyp} has another number of lines than {len(hyps)}")
-        test = paired_bootstrap(args.ref_tok, baseline_hyp, out / "hyp.tok", args.bootstrap_samples)
         base_results = args.baseline / "results.json"
+        theirs = json.loads(base_results.read_text()).get("subset") if base_results.is_file() else None
+        if theirs and args.subset and theirs != args.subset:
+            raise SystemExit(f"score: the baseline {args.baseline} is an evaluation of {theirs}, this one of {args.subset}")
+        test = paired_bootstrap(args.ref_tok, baseline_hyp, out / "hyp.tok", args.bootstrap_samples)
         test["baseline"] = json.loads(base_results.read_text())["name"] if base_results.is_file() else str(args.baseline)
         baseline_detok = args.baseline / "hyp.detok"
         if baseline_detok.is_file():
@@ -210,7 +215,8 @@ def score(args):
 
 
 def summary(r):
-    lines = [f"# {r['name']} ({r['arch'] or 'arch unknown'}, {r['task'] or 'task unknown'}), {r['sentences']} sentences",
+    subset = f" {r['subset']}" if r.get("subset") and r["subset"] != "test" else ""
+    lines = [f"# {r['name']} ({r['arch'] or 'arch unknown'}, {r['task'] or 'task unknown'}{subset}), {r['sentences']} sentences",
              f"- tokenised BLEU (case-sensitive, 4-gram): {r['bleu_tok']:.2f} {r['mark']}".rstrip()]
     if r["bleu_compound"] is not None:
         lines.append(f"- compound-split BLEU: {r['bleu_compound']:.2f}")
@@ -251,6 +257,7 @@ def main(argv=None):
     sc.add_argument("--name")
     sc.add_argument("--arch")
     sc.add_argument("--task")
+    sc.add_argument("--subset", help="the split scored (test, valid, test1, ...), recorded in results.json")
     sp = sub.add_parser("speed")
     sp.add_argument("train_log", type=Path)
     args = parser.parse_args(argv)

@@ -61,11 +61,11 @@ class PreparedTask:
         env = root / "recipe.env"
         if not env.is_file() or not (root / "data-bin").is_dir():
             raise NotATask(f"{root} is not a prepared task folder (no recipe.env or data-bin/; "
-                           "make one with examples/<task>/prepare.sh)")
+                           "make one with examples/<task>/prepare.sh or python -m fairseq_csan.recipes.prepare files)")
         settings = complete(read_settings(env))
         for key in ("task", "src", "tgt"):
             if not settings.get(key):
-                raise NotATask(f"{env} names no {key} (prepare {root} again with examples/<task>/prepare.sh)")
+                raise NotATask(f"{env} names no {key} (prepare {root} again with the command that made it)")
         return cls(root, settings)
 
     def __getattr__(self, key):

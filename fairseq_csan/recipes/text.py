@@ -7,7 +7,8 @@ usage:
       [--max-len 250] [--ratio 1.5]
   python -m fairseq_csan.recipes.text versions        (the tools and versions, for the records)
 
-tokenize, by language (tokenizer_name() names the rule; a prepared task records it):
+tokenize, by language (tokenizer_name() names the rule; a prepared task records it; a code with a
+region, zh_CN or pt_BR, takes its language's rules):
   zh  jieba word segmentation (accurate mode, with its HMM for unknown words);
   ja  MeCab word segmentation through fugashi with the UniDic-lite dictionary;
   any other language: Moses punctuation normalisation (with control characters removed),
@@ -70,15 +71,21 @@ def read_lines(path):
 SEGMENTED = {"zh": "jieba", "ja": "mecab"}  # languages written without spaces, and their segmenters
 
 
+def base_language(lang: str) -> str:
+    """The language of a code with a region or script (zh_CN, pt_BR -> zh, pt): its rules."""
+    return lang.split("_")[0]
+
+
 def moses_has_rules(lang: str) -> bool:
     """Whether sacremoses has nonbreaking prefixes (the Moses tokeniser's rules) for ``lang``."""
     from sacremoses.corpus import NonbreakingPrefixes
 
-    return lang in NonbreakingPrefixes().available_langs.values()
+    return base_language(lang) in NonbreakingPrefixes().available_langs.values()
 
 
 def tokenizer_name(lang: str) -> str:
     """The tokenisation rule used for ``lang``, as a prepared task records it."""
+    lang = base_language(lang)
     if lang == "zh":
         return "jieba"
     if lang == "ja":
@@ -88,6 +95,7 @@ def tokenizer_name(lang: str) -> str:
 
 def make_tokenizer(lang: str):
     """A function from a raw line to its tokens joined by single spaces."""
+    lang = base_language(lang)
     if lang == "zh":
         import jieba
 
@@ -128,6 +136,7 @@ def line_tokenizer(lang: str):
 def make_detokenizer(lang: str):
     """A function from tokens joined by spaces to text, as the recipes detokenise hypotheses
     (the Moses detokeniser; score.py writes hyp.detok with it)."""
+    lang = base_language(lang)
     if lang in SEGMENTED:
         return join_segmented
     from sacremoses import MosesDetokenizer

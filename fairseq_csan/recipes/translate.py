@@ -11,11 +11,12 @@ through fairseq's hub interface, configured as export.py configures a model fold
 line of --input (raw text in the source language, one sentence a line) is
 
 1. tokenised as the recipe tokenised its training data (--tokenizer csan_recipe,
-   fairseq_csan/tokenizer.py: Moses for en and de, jieba for zh, MeCab for ja),
+   fairseq_csan/tokenizer.py: the language's own rules, as text.py names them),
 2. split into subwords with the recipe's BPE codes (fairseq's subword_nmt BPE),
 3. translated with the papers' decoding settings (decoding.py: beam 4, length penalty 0.6,
    output length at most the source length + 50; BPE removed),
-4. detokenised in the target language as score.py detokenises hypotheses (Moses).
+4. detokenised in the target language as score.py detokenises hypotheses (Moses; zh and ja
+   joined without spaces).
 
 Lines end at "\\n" only (a "\\r", form feed, NEL or U+2028 inside a line stays in it), the input
 is UTF-8 with a byte-order mark removed, and an undecodable byte stops the command with its file
@@ -81,7 +82,7 @@ def load(args):
             raise SystemExit(f"translate: {error}")
         codes = task.codes(task.src)
         if not codes.is_file():
-            raise SystemExit(f"translate: no BPE codes {codes} (prepare {args.data} again with examples/*/prepare.sh)")
+            raise SystemExit(f"translate: no BPE codes {codes} (prepare {args.data} again with the command that made it)")
         from .export import ExportError, check_dictionaries, load_state
 
         overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
@@ -107,7 +108,7 @@ def load(args):
     hub.eval()
     import torch
 
-    # the device rule of the quick start and the hub: the GPU when torch sees one; --cpu forces the CPU
+    # the quick start's device rule (DEVICE=auto): the GPU when torch sees one; --cpu forces the CPU
     if not args.cpu and torch.cuda.is_available():
         hub.cuda()
     elif args.fp16:

@@ -201,7 +201,7 @@ def main(argv=None):
         parser.error(f"--data {args.data}: no dict.*.txt there (give a prepared task folder or its data-bin/)")
     if not sorted(data.glob(f"{args.subset}.*.bin")):
         parser.error(f"--data {args.data}: no binarised '{args.subset}' subset there ({args.subset}.*.bin); "
-                     "--subset takes test or valid")
+                     "--subset takes test or valid here")
     if args.pos and not args.pos.is_file():
         parser.error(f"--pos {args.pos}: no such file")
     layer_paths = outputs(args.out, "gate_weights", args.force)
