@@ -2,8 +2,8 @@
 and backward in fp16 and bf16 against fp32, incremental decoding against the full pass, a
 fairseq-train --fp16 smoke run per family, two-GPU data parallelism, and the benchmark's GPU
 mode at toy size in each precision. Without CUDA each of them skips and says so; see
-docs/distributed.md and docs/speed.md for what has been measured where. Last, what of
-scripts/gpu_check.sh runs anywhere: its list of steps, its refusals."""
+docs/distributed.md and docs/speed.md for what has been measured where. gpu_check itself:
+tests/test_gpu_check.py."""
 
 import re
 
@@ -142,119 +142,6 @@ def test_benchmark_times_on_the_gpu(precision, tmp_path):
         else:
             rows = re.findall(r"^\| (transformer\w*) \| \d+\.\d\dM \| [\d.]+ \| \d+\.\d{3} \|", table, re.M)
             assert len(rows) == 12, table  # the Transformer and the eleven of docs/speed.md
-
-
-# ---------------------------------------------------------------- scripts/gpu_check.sh, anywhere
-
-def gpu_check(*options):
-    return subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), *options], capture_output=True,
-                          text=True, env=environment(), cwd=REPO, timeout=120)
-
-
-def test_gpu_check_lists_a_command_for_every_step():
-    done = gpu_check("--dry-run", "--out", "/o", "--multi30k-updates", "500", "--multi30k-jobs", "3",
-                     "--lengths-from", "/d/newstest2014", "--raw-dir", "/r")
-    assert done.returncode == 0, done.stderr
-    steps = dict(line.split(": ", 1) for line in done.stdout.splitlines())
-    benchmark = [f"benchmark-{mode}-{precision}" for precision in ("fp32", "fp16", "bf16")
-                 for mode in ("train", "decode", "crossover")]
-    assert list(steps) == ["tests", *benchmark, "multi30k"]
-    assert all(command.startswith("python -m ") for command in steps.values()), steps  # nothing "not run"
-    assert steps["tests"] == f"python -m pytest -rs -v {REPO}/tests/test_gpu.py"
-    for precision in ("fp32", "fp16", "bf16"):
-        for mode in ("train", "decode"):
-            assert steps[f"benchmark-{mode}-{precision}"] == (
-                f"python -m fairseq_csan.recipes.benchmark --mode {mode} --device cuda --precision {precision} --all "
-                f"--lengths-from /d/newstest2014 --out /o/benchmark_{mode}_{precision}.md")
-        assert steps[f"benchmark-crossover-{precision}"] == (
-            f"python -m fairseq_csan.recipes.benchmark --mode crossover --device cuda --precision {precision} "
-            f"--out /o/benchmark_crossover_{precision}.md")
-    assert steps["multi30k"] == ("python -m fairseq_csan.recipes.multi30k --device cuda --jobs 3 "
-                                 "--max-update 500 --raw-dir /r --out /o/multi30k")
-    done = gpu_check("--dry-run", "--only", "tests")
-    assert done.stdout.splitlines() == [f"tests: python -m pytest -rs -v {REPO}/tests/test_gpu.py"]
-    done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16")
-    assert [line.split(":")[0] for line in done.stdout.splitlines()] == [
-        "benchmark-train-fp16", "benchmark-decode-fp16", "benchmark-crossover-fp16"]
-    assert "--lengths-from" not in done.stdout  # the benchmark's own: the shipped newstest2014 lengths
-
-
-@pytest.mark.parametrize("only", ["tests,benchmark,multi30k", "tests", "benchmark", "multi30k"])
-def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only):
-    """No option of gpu_check.sh is accepted and ignored: with each choice of steps, each
-    option changes the list of commands or is refused with one line."""
-    from recipe_helpers import walk_options
-
-    def plan(extra):
-        done = gpu_check("--only", only, "--dry-run", *extra)
-        return done.stdout + done.stderr, (done.stderr.strip() or f"exit {done.returncode}") if done.returncode else None
-
-    walk_options(plan, [["--out", "/o"], ["--only", "tests,benchmark"], ["--precisions", "fp16"],
-                        ["--lengths-from", "/d/newstest2014"], ["--raw-dir", "/r"], ["--multi30k-updates", "500"],
-                        ["--multi30k-jobs", "3"], ["--multi30k-jobs", "0"], ["--only", "tests,gpu"]])
-
-
-def test_gpu_check_reads_relative_paths_from_where_it_is_called(tmp_path):
-    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--only", "benchmark",
-                           "--precisions", "fp16", "--out", "o", "--lengths-from", "d/test"],
-                          capture_output=True, text=True, env=environment(), cwd=tmp_path, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert f"--lengths-from {tmp_path}/d/test --out {tmp_path}/o/benchmark_train_fp16.md" in done.stdout
-
-
-def test_gpu_check_commands_run_as_listed():
-    """Each listed benchmark command is one the benchmark accepts: on a machine without CUDA it
-    gets as far as the device check, which names the flag."""
-    done = gpu_check("--dry-run", "--only", "benchmark", "--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014")
-    for line in done.stdout.splitlines():
-        name, command = line.split(": ", 1)
-        ran = subprocess.run(command, shell=True, capture_output=True, text=True, env=environment(), cwd=REPO,
-                             timeout=120) if not torch.cuda.is_available() else None
-        if ran is not None:
-            assert ran.returncode == 2 and ran.stderr.strip().splitlines()[-1] == (
-                "benchmark: error: --device cuda: no CUDA device here (torch.cuda.is_available() is False); "
-                "use --device cpu"), (name, ran.stderr[-2000:])
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
-def test_gpu_check_without_cuda_says_so():
-    done = gpu_check("--out", str(REPO / "runs" / "never"),
-                     "--lengths-from", str(shared_corpus("wmt14_en_de") / "newstest2014"))
-    assert done.returncode == 2
-    assert "no CUDA device here: these checks need a GPU (--dry-run lists them" in done.stderr
-    assert not (REPO / "runs" / "never").exists()
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
-def test_gpu_check_says_no_gpu_first_and_its_dry_run_names_a_missing_input(tmp_path):
-    """Nothing need be prepared (the lengths are shipped, Multi30k is found where the README
-    unpacks it); a missing input given is named by the dry run, and on a machine without a GPU
-    a run says that first."""
-    missing = ["--lengths-from", str(tmp_path / "none"), "--raw-dir", str(tmp_path / "no_m30k")]
-    done = gpu_check("--out", str(tmp_path / "o"), *missing)
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "[gpu_check] error: no CUDA device here: these checks need a GPU (--dry-run lists them; the CPU-side "
-        "checks are the normal test suite)"]
-    done = gpu_check("--dry-run", "--out", str(tmp_path / "o"), *missing)
-    assert done.returncode == 0 and f"a run would stop before any GPU work: --lengths-from: no length source at " \
-        f"{tmp_path}/none.en" in done.stderr
-    done = gpu_check("--dry-run", "--out", str(tmp_path / "o"), "--raw-dir", str(tmp_path / "no_m30k"))
-    assert f"--raw-dir: no Multi30k file {tmp_path}/no_m30k/train.en" in done.stderr
-    done = gpu_check("--dry-run", "--out", str(tmp_path / "o"), "--raw-dir", str(shared_corpus("multi30k_en_de")))
-    assert done.returncode == 0 and "would stop" not in done.stderr  # the shipped lengths, the shared Multi30k
-    assert not (tmp_path / "o").exists()
-
-
-@pytest.mark.parametrize("options, message", [
-    (["--only", "tests,gpu"], "--only takes tests, benchmark and multi30k, got 'gpu'"),
-    (["--precisions", "fp16,fp8"], "--precisions takes fp32, fp16 and bf16, got 'fp8'"),
-    (["--multi30k-jobs", "0"], "--multi30k-jobs must be a whole number of 1 or more, got '0'"),
-    (["--multi30k-updates", "many"], "--multi30k-updates must be a whole number of 1 or more"),
-    (["--fast"], "unknown argument '--fast'"),
-])
-def test_gpu_check_bad_options(options, message):
-    done = gpu_check("--dry-run", *options)
-    assert done.returncode == 2 and message in done.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")

@@ -1,0 +1,289 @@
+"""Every check that needs a GPU, in one offline command that may be stopped and started again.
+
+usage: python -m fairseq_csan.recipes.gpu_check [--out DIR] [--only tests,benchmark,multi30k]
+           [--precisions fp32,fp16,bf16] [--lengths-from PREFIX] [--raw-dir DIR]
+           [--multi30k-updates N] [--multi30k-seeds N] [--multi30k-jobs N] [--budget-minutes N]
+           [--rehearse] [--dry-run]
+(scripts/gpu_check.sh is this command.)
+
+The steps, each one command with its log in OUT/NAME.log (docs/distributed.md):
+  tests                        tests/test_gpu.py: fp16/bf16 against fp32 for every architecture,
+                               incremental decoding, a fairseq-train --fp16 smoke run per family,
+                               two-GPU data parallelism where there are two GPUs
+  benchmark-MODE-PRECISION     the benchmark of docs/speed.md (train, decode, the dense/banded
+                               crossover) in each precision: OUT/benchmark_MODE_PRECISION.md
+  multi30k-seedK               the Multi30k reproduction (multi30k.py) in pieces: the runs of seeds
+                               1..K (the first piece also the window sweep), the table of all of
+                               them so far in OUT/multi30k/results.md
+
+Nothing need be prepared: the benchmark's sentence lengths are shipped with the package, and
+Multi30k is read where the README unpacks it (--raw-dir). On a machine without a GPU that is the
+first thing said; with one, a missing input stops it before any GPU work.
+
+Stopped at any moment (a job's time limit, Ctrl-C, a kill) and started again with the same
+arguments, it goes on where it stopped: a finished step is kept and says so (OUT/.steps/NAME.json
+holds its command and time), and a Multi30k run resumes from its last checkpoint. Each step's
+expected duration is printed before it starts (from the last run of that step on this machine,
+or an estimate). --budget-minutes N starts no step that would end after N minutes: it stops
+between steps with exit status 3, so that each job of a queue with a time limit makes progress.
+
+--rehearse runs every step for real at toy size on the CPU (tiny models and batches, a few
+updates, one thread each): the same commands, logs, tables and summary as on a GPU, where the
+checks that need CUDA are skipped and named by pytest. It proves the plumbing before the first
+GPU hour is spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/test_gpu.py
+STEPS = ("tests", "benchmark", "multi30k")
+PRECISIONS = ("fp32", "fp16", "bf16")
+UNFINISHED = 3  # the exit status of a run stopped by its budget
+# toy size, for --rehearse: models, batches and runs small enough for a 2-core CPU
+TOY_MODEL = ("--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+             "--encoder-attention-heads 4 --decoder-attention-heads 4 --encoder-layers 3 --decoder-layers 2")
+TOY_BENCHMARK = ["--model-flags", TOY_MODEL, "--rounds", "1", "--warmup", "0", "--max-tokens", "512",
+                 "--batch-size", "8", "--vocab", "200", "--threads", "1"]
+TOY_CROSSOVER = ["--lengths", "32", "64", "--tokens", "512", "--rounds", "1", "--warmup", "0", "--threads", "1"]
+TOY_MULTI30K = ["--windows", "3", "--heads", "1", "--bootstrap-samples", "100"]
+# seconds a step is expected to take when it has not run here before (GPU: a guess, no GPU measured
+# yet; CPU: the rehearsal on the project's 2-core machine)
+ESTIMATE = {False: {"tests": 600, "benchmark": 600, "crossover": 300, "multi30k": 900},
+            True: {"tests": 30, "benchmark": 15, "crossover": 15, "multi30k": 120}}
+
+
+@dataclass
+class Step:
+    name: str
+    argv: List[str]  # after "python -m"
+    kind: str
+
+    @property
+    def shown(self) -> str:
+        return "python -m " + " ".join(shlex.quote(str(w)) for w in self.argv)
+
+
+def whole(flag):
+    def parse(text):
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number of 1 or more, got '{text}'")
+        return int(text)
+    return parse
+
+
+def listed(flag, allowed):
+    def parse(text):
+        items = [item for item in text.split(",") if item]
+        for item in items:
+            if item not in allowed:
+                raise argparse.ArgumentTypeError(f"{flag} takes {', '.join(allowed[:-1])} and {allowed[-1]}, got '{item}'")
+        if not items:
+            raise argparse.ArgumentTypeError(f"{flag} needs at least one of {', '.join(allowed)}")
+        return items
+    return parse
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("runs/gpu_check"), metavar="DIR",
+                   help="logs, tables, the Multi30k runs and what each finished step was (default runs/gpu_check)")
+    p.add_argument("--only", type=listed("--only", STEPS), default=list(STEPS), metavar="LIST",
+                   help="the steps to run, comma-separated (default: tests,benchmark,multi30k)")
+    p.add_argument("--precisions", type=listed("--precisions", PRECISIONS), metavar="LIST",
+                   help="the benchmark's precisions, comma-separated (default fp32,fp16,bf16)")
+    p.add_argument("--lengths-from", type=Path, metavar="PREFIX",
+                   help="the benchmark's sentence lengths from an .en/.de pair (default: newstest2014's, shipped)")
+    p.add_argument("--raw-dir", type=Path, metavar="DIR",
+                   help="Multi30k's raw files (default $MULTI30K, else data/multi30k_raw, where the README unpacks them)")
+    p.add_argument("--multi30k-updates", type=whole("--multi30k-updates"), metavar="N",
+                   help="training updates per Multi30k run (default 6000; 12 with --rehearse)")
+    p.add_argument("--multi30k-seeds", type=whole("--multi30k-seeds"), metavar="N",
+                   help="seeds 1..N of each system, one piece (step) each (default 3)")
+    p.add_argument("--multi30k-jobs", type=whole("--multi30k-jobs"), metavar="N",
+                   help="Multi30k runs sharing the device at once (default 4; 2 with --rehearse)")
+    p.add_argument("--budget-minutes", type=whole("--budget-minutes"), metavar="N",
+                   help="start no step that would end after N minutes: stop between steps (exit status 3); run the "
+                        "same command again to go on")
+    p.add_argument("--rehearse", action="store_true",
+                   help="every step for real at toy size on the CPU (the checks that need CUDA are skipped and named)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the steps, and the input a run would stop at, and exit (works without a GPU)")
+    args = p.parse_args(argv)
+    steps_of = {"--precisions": "benchmark", "--lengths-from": "benchmark", "--raw-dir": "multi30k",
+                "--multi30k-updates": "multi30k", "--multi30k-seeds": "multi30k", "--multi30k-jobs": "multi30k"}
+    for flag, step in steps_of.items():
+        if getattr(args, flag[2:].replace("-", "_")) is not None and step not in args.only:
+            p.error(f"{flag} sets the {step} step, which --only {','.join(args.only)} leaves out")
+    args.precisions = args.precisions or list(PRECISIONS)
+    args.out = args.out.resolve()
+    if args.lengths_from is not None:
+        args.lengths_from = args.lengths_from.absolute()
+    args.raw_dir = Path(args.raw_dir or os.environ.get("MULTI30K") or "data/multi30k_raw").absolute()
+    args.multi30k_updates = args.multi30k_updates or (12 if args.rehearse else 6000)
+    args.multi30k_jobs = args.multi30k_jobs or (2 if args.rehearse else 4)
+    args.multi30k_seeds = args.multi30k_seeds or 3
+    return args
+
+
+def plan(args) -> List[Step]:
+    device = "cpu" if args.rehearse else "cuda"
+    steps = []
+    if "tests" in args.only:
+        steps.append(Step("tests", ["pytest", "-rs", "-v", str(ROOT / "tests" / "test_gpu.py")], "tests"))
+    if "benchmark" in args.only:
+        lengths = ["--lengths-from", str(args.lengths_from)] if args.lengths_from else []
+        for precision in args.precisions:
+            for mode in ("train", "decode"):
+                steps.append(Step(f"benchmark-{mode}-{precision}", [
+                    "fairseq_csan.recipes.benchmark", "--mode", mode, "--device", device, "--precision", precision,
+                    "--all", *lengths, *(TOY_BENCHMARK if args.rehearse else []),
+                    "--out", str(args.out / f"benchmark_{mode}_{precision}.md")], "benchmark"))
+            steps.append(Step(f"benchmark-crossover-{precision}", [
+                "fairseq_csan.recipes.benchmark", "--mode", "crossover", "--device", device, "--precision", precision,
+                *(TOY_CROSSOVER if args.rehearse else []),
+                "--out", str(args.out / f"benchmark_crossover_{precision}.md")], "crossover"))
+    if "multi30k" in args.only:
+        for k in range(1, args.multi30k_seeds + 1):  # pieces: seeds 1..k; finished runs are kept, the table has all
+            steps.append(Step(f"multi30k-seed{k}", [
+                "fairseq_csan.recipes.multi30k", "--device", device, "--jobs", str(args.multi30k_jobs),
+                "--max-update", str(args.multi30k_updates), "--seeds", ",".join(map(str, range(1, k + 1))),
+                *(TOY_MULTI30K if args.rehearse else []), "--raw-dir", str(args.raw_dir),
+                "--out", str(args.out / "multi30k")], "multi30k"))
+    return steps
+
+
+def missing_input(args) -> str:
+    """The first input a run lacks, or ''."""
+    if "benchmark" in args.only and args.lengths_from:
+        for lang in ("en", "de"):
+            if not Path(f"{args.lengths_from}.{lang}").is_file():
+                return (f"--lengths-from: no length source at {args.lengths_from}.{lang} (give an .en/.de pair, "
+                        "e.g. newstest2014, or leave it out for the shipped one)")
+    if "multi30k" in args.only:
+        for split in ("train", "val", "test_2016_flickr"):
+            for lang in ("en", "de"):
+                if not (args.raw_dir / f"{split}.{lang}").is_file() or not (args.raw_dir / f"{split}.{lang}").stat().st_size:
+                    return (f"--raw-dir: no Multi30k file {args.raw_dir}/{split}.{lang} (unpack Multi30k as the README "
+                            "shows, or give --raw-dir DIR)")
+    return ""
+
+
+def say(message: str) -> None:
+    print(f"[gpu_check] {message}", file=sys.stderr, flush=True)
+
+
+def die(message: str, status: int = 2):
+    say(f"error: {message}")
+    raise SystemExit(status)
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def device_text(args) -> str:
+    import torch
+
+    if args.rehearse:
+        return f"rehearsal on the CPU, torch {torch.__version__}"
+    name = torch.cuda.get_device_name(0)
+    return f"{torch.cuda.device_count()} GPU(s): {name}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    steps = plan(args)
+    if args.dry_run:
+        say(f"{'a rehearsal at toy size on the CPU: ' if args.rehearse else ''}the logs and tables would go to {args.out}")
+        for step in steps:
+            print(f"{step.name}: {step.shown}")
+        if args.budget_minutes:
+            say(f"--budget-minutes {args.budget_minutes}: a run starts no step that would end after "
+                f"{args.budget_minutes} minutes, and stops between steps (exit status {UNFINISHED})")
+        problem = missing_input(args)
+        if problem:
+            say(f"a run would stop before any GPU work: {problem}")
+        return
+    import torch
+
+    if not args.rehearse:
+        if not torch.cuda.is_available():
+            die("no CUDA device here: these checks need a GPU (--dry-run lists them, --rehearse runs them at toy "
+                "size on the CPU; the CPU-side checks are the normal test suite)")
+    problem = missing_input(args)
+    if problem:
+        die(problem)
+    if not args.rehearse and "benchmark" in args.only and "bf16" in args.precisions and not torch.cuda.is_bf16_supported():
+        die("--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16")
+    from .ownership import Refusal, WriterLock
+    from .steps import die_with_parent
+
+    try:
+        lock = WriterLock(args.out, folder=True, what="gpu_check").acquire()  # noqa: F841  (held to the end)
+    except Refusal as error:
+        die(str(error))
+    stamps = args.out / ".steps"
+    stamps.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if args.rehearse:  # one thread a process: the runs of a piece share a small CPU
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    say(f"{device_text(args)}; {len(steps)} steps, logs in {args.out}")
+    started, results = time.time(), []
+    for number, step in enumerate(steps, 1):
+        stamp = stamps / f"{step.name}.json"
+        record = json.loads(stamp.read_text(encoding="utf-8")) if stamp.is_file() else {}
+        log = args.out / f"{step.name}.log"
+        if record.get("command") == step.shown and record.get("status") == "passed":
+            say(f"{number}/{len(steps)} {step.name}: finished before ({record['finished']}, {minutes(record['seconds'])}); kept")
+            results.append((step.name, "passed", record["seconds"], log))
+            continue
+        expected = record.get("seconds") if record.get("status") == "passed" else None  # its last success here
+        source = "as the last time it ran" if expected else "an estimate"
+        expected = expected or ESTIMATE[args.rehearse][step.kind]
+        spent = time.time() - started
+        if args.budget_minutes and spent + expected > args.budget_minutes * 60:
+            left = len(steps) - number + 1
+            say(f"--budget-minutes {args.budget_minutes}: stopping before {step.name}, expected to take about "
+                f"{minutes(expected)} ({source}) with {minutes(max(0, args.budget_minutes * 60 - spent))} left; "
+                f"{left} step(s) to go: run the same command again to go on")
+            raise SystemExit(UNFINISHED)
+        say(f"{number}/{len(steps)} {step.name}: expected about {minutes(expected)} ({source}): {step.shown}")
+        begun = time.time()
+        with open(log, "w", encoding="utf-8") as out:
+            status = subprocess.call([sys.executable, "-m", *step.argv], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=die_with_parent)  # killed with this command, not left running
+        seconds = time.time() - begun
+        outcome = "passed" if status == 0 else f"FAILED (exit {status})"
+        stamp.write_text(json.dumps({"command": step.shown, "status": outcome.split(" ")[0].lower(),
+                                     "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M")},
+                                    indent=1) + "\n", encoding="utf-8")
+        say(f"{number}/{len(steps)} {step.name}: {outcome} in {minutes(seconds)}")
+        results.append((step.name, outcome, seconds, log))
+    summary = [f"GPU check summary ({device_text(args)}, {time.strftime('%Y-%m-%d', time.gmtime())})"]
+    summary += [f"  {name}: {outcome} in {minutes(seconds)}, log {log}" for name, outcome, seconds, log in results]
+    tests_log = args.out / "tests.log"
+    if "tests" in args.only and tests_log.is_file():
+        last = [row for row in tests_log.read_text(encoding="utf-8", errors="replace").splitlines() if row.strip()]
+        summary.append(f"  tests: {last[-1] if last else '(empty log)'}")
+    for table in [*sorted(args.out.glob("benchmark_*.md")), args.out / "multi30k" / "results.md"]:
+        if table.is_file():
+            summary += ["", f"{table}:", table.read_text(encoding="utf-8").rstrip()]
+    print("\n" + "\n".join(summary))
+    (args.out / "summary.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
+    if any(outcome != "passed" for _, outcome, _, _ in results):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""fairseq_csan/recipes/gpu_check.py (scripts/gpu_check.sh), anywhere: its steps, its refusals,
+that it needs nothing prepared and says "no GPU" first, and its rehearsal on the CPU, which
+runs every step for real at toy size and goes on where it stopped when killed and started again."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, shared_corpus
+from recipe_helpers import lines, refusal_of, walk_options, write
+
+M30K = shared_corpus("multi30k_en_de")
+
+
+def environment(**extra):
+    return {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}", **extra}
+
+
+def gpu_check(*options, cwd=REPO, timeout=120):
+    return subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), *map(str, options)], capture_output=True,
+                          text=True, env=environment(), cwd=cwd, timeout=timeout)
+
+
+def listing(done):
+    return dict(line.split(": ", 1) for line in done.stdout.splitlines())
+
+
+def test_gpu_check_lists_a_command_for_every_step():
+    done = gpu_check("--dry-run", "--out", "/o", "--multi30k-updates", "500", "--multi30k-jobs", "3",
+                     "--lengths-from", "/d/newstest2014", "--raw-dir", "/r")
+    assert done.returncode == 0, done.stderr
+    steps = listing(done)
+    benchmark = [f"benchmark-{mode}-{precision}" for precision in ("fp32", "fp16", "bf16")
+                 for mode in ("train", "decode", "crossover")]
+    assert list(steps) == ["tests", *benchmark, "multi30k-seed1", "multi30k-seed2", "multi30k-seed3"]
+    assert all(command.startswith("python -m ") for command in steps.values()), steps  # nothing "not run"
+    assert steps["tests"] == f"python -m pytest -rs -v {REPO}/tests/test_gpu.py"
+    for precision in ("fp32", "fp16", "bf16"):
+        for mode in ("train", "decode"):
+            assert steps[f"benchmark-{mode}-{precision}"] == (
+                f"python -m fairseq_csan.recipes.benchmark --mode {mode} --device cuda --precision {precision} --all "
+                f"--lengths-from /d/newstest2014 --out /o/benchmark_{mode}_{precision}.md")
+        assert steps[f"benchmark-crossover-{precision}"] == (
+            f"python -m fairseq_csan.recipes.benchmark --mode crossover --device cuda --precision {precision} "
+            f"--out /o/benchmark_crossover_{precision}.md")
+    for k, seeds in ((1, "1"), (2, "1,2"), (3, "1,2,3")):  # pieces: a finished run is kept by the next
+        assert steps[f"multi30k-seed{k}"] == ("python -m fairseq_csan.recipes.multi30k --device cuda --jobs 3 "
+                                              f"--max-update 500 --seeds {seeds} --raw-dir /r --out /o/multi30k")
+    done = gpu_check("--dry-run", "--only", "tests")
+    assert done.stdout.splitlines() == [f"tests: python -m pytest -rs -v {REPO}/tests/test_gpu.py"]
+    done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16")
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == [
+        "benchmark-train-fp16", "benchmark-decode-fp16", "benchmark-crossover-fp16"]
+    assert "--lengths-from" not in done.stdout  # the benchmark's own: the shipped newstest2014 lengths
+
+
+def test_the_rehearsal_is_the_same_steps_on_the_cpu_at_toy_size():
+    gpu = listing(gpu_check("--dry-run", "--out", "/o", "--raw-dir", "/r"))
+    cpu = listing(gpu_check("--dry-run", "--out", "/o", "--raw-dir", "/r", "--rehearse"))
+    assert list(cpu) == list(gpu) and cpu["tests"] == gpu["tests"]
+    for name in gpu:
+        if name != "tests":
+            assert "--device cuda" in gpu[name] and "--device cpu" in cpu[name] and cpu[name] != gpu[name]
+    assert "--max-update 12 " in cpu["multi30k-seed1"] and "--encoder-embed-dim 32" in cpu["benchmark-train-fp16"]
+    two = listing(gpu_check("--dry-run", "--raw-dir", "/r", "--only", "multi30k", "--multi30k-seeds", "2"))
+    assert list(two) == ["multi30k-seed1", "multi30k-seed2"] and "--seeds 1,2 " in two["multi30k-seed2"]
+
+
+@pytest.mark.parametrize("only", ["tests,benchmark,multi30k", "tests", "benchmark", "multi30k"])
+def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only, capsys):
+    """No option of gpu_check.sh is accepted and ignored: with each choice of steps, each
+    option changes the list of commands or what the dry run says, or is refused with one line."""
+    from fairseq_csan.recipes import gpu_check as checker
+
+    def plan(extra):  # in this process: the dry run imports neither torch nor fairseq's tools
+        refusal = refusal_of(checker.main, ["--only", only, "--dry-run", *extra], capsys)
+        captured = capsys.readouterr()
+        return captured.out + captured.err, refusal
+
+    walk_options(plan, [["--out", "/o"], ["--only", "tests,benchmark"], ["--precisions", "fp16"],
+                        ["--lengths-from", "/d/newstest2014"], ["--raw-dir", "/r"], ["--multi30k-updates", "500"],
+                        ["--multi30k-jobs", "3"], ["--multi30k-jobs", "0"], ["--multi30k-seeds", "2"],
+                        ["--only", "tests,gpu"],
+                        ["--budget-minutes", "10"], ["--rehearse"]])
+
+
+def test_gpu_check_reads_relative_paths_from_where_it_is_called(tmp_path):
+    done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16", "--out", "o", "--lengths-from",
+                     "d/test", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"--lengths-from {tmp_path}/d/test --out {tmp_path}/o/benchmark_train_fp16.md" in done.stdout
+
+
+def test_gpu_check_commands_run_as_listed():
+    """Each listed benchmark command is one the benchmark accepts: on a machine without CUDA it
+    gets as far as the device check, which names the flag."""
+    done = gpu_check("--dry-run", "--only", "benchmark", "--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014")
+    for name, command in listing(done).items():
+        ran = subprocess.run(command, shell=True, capture_output=True, text=True, env=environment(), cwd=REPO,
+                             timeout=120) if not torch.cuda.is_available() else None
+        if ran is not None:
+            assert ran.returncode == 2 and ran.stderr.strip().splitlines()[-1] == (
+                "benchmark: error: --device cuda: no CUDA device here (torch.cuda.is_available() is False); "
+                "use --device cpu"), (name, ran.stderr[-2000:])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
+def test_gpu_check_says_no_gpu_first_and_its_dry_run_names_a_missing_input(tmp_path):
+    """Nothing need be prepared (the lengths are shipped, Multi30k is found where the README
+    unpacks it); a missing input given is named by the dry run, and on a machine without a GPU
+    a run says that first."""
+    missing = ["--lengths-from", tmp_path / "none", "--raw-dir", tmp_path / "no_m30k"]
+    done = gpu_check("--out", tmp_path / "o", *missing)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "[gpu_check] error: no CUDA device here: these checks need a GPU (--dry-run lists them, --rehearse runs "
+        "them at toy size on the CPU; the CPU-side checks are the normal test suite)"]
+    done = gpu_check("--dry-run", "--out", tmp_path / "o", *missing)
+    assert done.returncode == 0 and ("a run would stop before any GPU work: --lengths-from: no length source at "
+                                     f"{tmp_path}/none.en") in done.stderr
+    done = gpu_check("--dry-run", "--out", tmp_path / "o", "--raw-dir", tmp_path / "no_m30k")
+    assert f"--raw-dir: no Multi30k file {tmp_path}/no_m30k/train.en" in done.stderr
+    done = gpu_check("--rehearse", "--out", tmp_path / "o", "--raw-dir", tmp_path / "no_m30k")
+    assert done.returncode == 2 and f"error: --raw-dir: no Multi30k file {tmp_path}/no_m30k/train.en" in done.stderr
+    done = gpu_check("--dry-run", "--out", tmp_path / "o", "--raw-dir", M30K)
+    assert done.returncode == 0 and "would stop" not in done.stderr  # the shipped lengths, the shared Multi30k
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--only", "tests,gpu"], "--only takes tests, benchmark and multi30k, got 'gpu'"),
+    (["--precisions", "fp16,fp8"], "--precisions takes fp32, fp16 and bf16, got 'fp8'"),
+    (["--multi30k-jobs", "0"], "--multi30k-jobs must be a whole number of 1 or more, got '0'"),
+    (["--multi30k-updates", "many"], "--multi30k-updates must be a whole number of 1 or more"),
+    (["--budget-minutes", "0"], "--budget-minutes must be a whole number of 1 or more, got '0'"),
+    (["--only", "tests", "--raw-dir", "/r"], "--raw-dir sets the multi30k step, which --only tests leaves out"),
+    (["--fast"], "unrecognized arguments: --fast"),
+])
+def test_gpu_check_bad_options(options, message):
+    done = gpu_check("--dry-run", *options)
+    assert done.returncode == 2 and message in done.stderr
+
+
+# ------------------------------------------------------------------------- the rehearsal
+
+def small_multi30k(folder):
+    for name, n in (("train", 200), ("val", 12), ("test_2016_flickr", 12)):
+        for lang in ("en", "de"):
+            write(folder / f"{name}.{lang}", lines(M30K / f"{name}.{lang}")[:n])
+    return folder
+
+
+def steps_of(summary: str):
+    """The summary's step lines, without their times (pytest's own among them)."""
+    return [re.sub(r" in [\d.]+ ?(s|min)\b( \(\d+:\d\d:\d\d\))?", "", row)
+            for row in summary.splitlines() if row.startswith("  ")]
+
+
+@pytest.mark.slow
+def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
+    """--rehearse at toy size on the CPU, twice: once straight through; once stopped by its budget
+    before the Multi30k step, then killed in the middle of it (as a job's time limit kills the
+    whole process group), then started again. The same steps pass, the finished ones are kept
+    and the runs resume, and the two summaries agree."""
+    raw = small_multi30k(tmp_path / "m30k")
+    common = ["--rehearse", "--precisions", "fp32", "--multi30k-seeds", "1", "--raw-dir", raw]
+    straight = gpu_check(*common, "--out", tmp_path / "straight", timeout=1200)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    summary = (tmp_path / "straight" / "summary.md").read_text()
+    assert summary.startswith("GPU check summary (rehearsal on the CPU, torch ")
+    names = ["tests", "benchmark-train-fp32", "benchmark-decode-fp32", "benchmark-crossover-fp32", "multi30k-seed1"]
+    assert [row.split(":")[0].strip() for row in steps_of(summary)] == [*names, "tests"]
+    assert all(": passed, log " in row for row in steps_of(summary)[:len(names)])
+    tests_log = (tmp_path / "straight" / "tests.log").read_text()
+    assert "SKIPPED" in tests_log and "no CUDA device" in tests_log  # the CUDA-only checks, named
+    for table in ("benchmark_train_fp32.md", "benchmark_decode_fp32.md", "benchmark_crossover_fp32.md",
+                  "multi30k/results.md"):
+        assert (tmp_path / "straight" / table).is_file(), table
+    assert "| csan2d_ctxaware | transformer_csan2d_ctxaware |" in summary  # the reproduction's table, printed
+
+    out = tmp_path / "pieces"
+    first = gpu_check(*common, "--out", out, "--budget-minutes", "1", timeout=600)
+    assert first.returncode == 3, first.stderr[-2000:]
+    assert "--budget-minutes 1: stopping before multi30k-seed1, expected to take about 2 min (an estimate)" in first.stderr
+    assert "1 step(s) to go: run the same command again to go on" in first.stderr
+    assert sorted(p.stem for p in (out / ".steps").glob("*.json")) == sorted(names[:-1])
+    started = subprocess.Popen(["bash", str(REPO / "scripts" / "gpu_check.sh"), *map(str, common), "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
+                               cwd=REPO, start_new_session=True)
+    deadline = time.time() + 300
+    while not list((out / "multi30k" / "runs").glob("*/seed1/checkpoints/checkpoint_1_*.pt")) and time.time() < deadline:
+        time.sleep(0.5)
+    os.killpg(started.pid, signal.SIGKILL)  # in the middle of the Multi30k step: a run has begun to train
+    started.communicate()
+    assert not (out / ".steps" / "multi30k-seed1.json").exists()
+    last = gpu_check(*common, "--out", out, timeout=1200)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert last.stderr.count("finished before") == 4 and "multi30k-seed1: passed" in last.stderr
+    assert steps_of((out / "summary.md").read_text()) == [row.replace(str(tmp_path / "straight"), str(out))
+                                                         for row in steps_of(summary)]
