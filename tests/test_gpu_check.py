@@ -5,7 +5,6 @@ runs every step for real at toy size and goes on where it stopped when killed an
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -165,9 +164,10 @@ def steps_of(summary: str):
 @pytest.mark.slow
 def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     """--rehearse at toy size on the CPU, twice: once straight through; once stopped by its budget
-    before the Multi30k step, then killed in the middle of it (as a job's time limit kills the
-    whole process group), then started again. The same steps pass, the finished ones are kept
-    and the runs resume, and the two summaries agree."""
+    before the Multi30k step, then killed in the middle of it (every process of the job, as a
+    time limit kills them), then started again. The same steps pass, the finished ones are kept
+    (unless their record is damaged, from another machine, or their table is gone) and the runs
+    resume, and the two summaries agree."""
     raw = small_multi30k(tmp_path / "m30k")
     common = ["--rehearse", "--precisions", "fp32", "--multi30k-seeds", "1", "--raw-dir", raw]
     straight = gpu_check(*common, "--out", tmp_path / "straight", timeout=1200)
@@ -196,11 +196,22 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     deadline = time.time() + 300
     while not list((out / "multi30k" / "runs").glob("*/seed1/checkpoints/checkpoint_1_*.pt")) and time.time() < deadline:
         time.sleep(0.5)
-    os.killpg(started.pid, signal.SIGKILL)  # in the middle of the Multi30k step: a run has begun to train
+    assert list((out / "multi30k" / "runs").glob("*/seed1/checkpoints/checkpoint_1_*.pt")), "no run began to train"
+    # in the middle of the Multi30k step, every process of the job, as a scheduler's time limit kills them
+    subprocess.run(["pkill", "-KILL", "-s", str(started.pid)])
     started.communicate()
     assert not (out / ".steps" / "multi30k-seed1.json").exists()
+    # a record cut short by a kill, one made on another machine, a table since deleted: each step runs again
+    (out / ".steps" / "tests.json").write_text('{"command": "python -m pyt')
+    other = json.loads((out / ".steps" / "benchmark-train-fp32.json").read_text())
+    (out / ".steps" / "benchmark-train-fp32.json").write_text(json.dumps({**other, "machine": "1 GPU(s): another"}))
+    (out / "benchmark_decode_fp32.md").unlink()
     last = gpu_check(*common, "--out", out, timeout=1200)
     assert last.returncode == 0, last.stderr[-3000:]
-    assert last.stderr.count("finished before") == 4 and "multi30k-seed1: passed" in last.stderr
+    assert last.stderr.count("finished before") == 1 and "benchmark-crossover-fp32: finished before" in last.stderr
+    assert "multi30k-seed1: passed" in last.stderr
+    resumed = [run for run in (out / "multi30k" / "runs").glob("*/seed1/checkpoints/train.log")
+               if "Loaded checkpoint" in run.read_text()]
+    assert resumed, "no run resumed from the checkpoint it had when it was killed"
     assert steps_of((out / "summary.md").read_text()) == [row.replace(str(tmp_path / "straight"), str(out))
                                                          for row in steps_of(summary)]

@@ -22,7 +22,9 @@ first thing said; with one, a missing input stops it before any GPU work.
 
 Stopped at any moment (a job's time limit, Ctrl-C, a kill) and started again with the same
 arguments, it goes on where it stopped: a finished step is kept and says so (OUT/.steps/NAME.json
-holds its command and time), and a Multi30k run resumes from its last checkpoint. Each step's
+holds its command, the machine and software it ran on, its outputs and its time: another
+machine, torch or device, or a missing table, runs it again), and a Multi30k run resumes from
+its last checkpoint. A SIGTERM, SIGINT or SIGHUP reaches every process of the running step. Each step's
 expected duration is printed before it starts (from the last run of that step on this machine,
 or an estimate). --budget-minutes N starts no step that would end after N minutes: it stops
 between steps with exit status 3, so that each job of a queue with a time limit makes progress.
@@ -70,6 +72,14 @@ class Step:
     kind: str
 
     @property
+    def outputs(self) -> List[Path]:
+        """The tables it writes: its --out file (the Multi30k reproduction: its results.md)."""
+        if "--out" not in self.argv:
+            return []
+        out = Path(self.argv[self.argv.index("--out") + 1])
+        return [out / "results.md"] if self.kind == "multi30k" else [out]
+
+    @property
     def shown(self) -> str:
         return "python -m " + " ".join(shlex.quote(str(w)) for w in self.argv)
 
@@ -96,8 +106,9 @@ def listed(flag, allowed):
 
 def parse(argv=None):
     p = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("runs/gpu_check"), metavar="DIR",
-                   help="logs, tables, the Multi30k runs and what each finished step was (default runs/gpu_check)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="logs, tables, the Multi30k runs and what each finished step was (default runs/gpu_check, "
+                        "runs/gpu_rehearsal with --rehearse; relative to where it is called)")
     p.add_argument("--only", type=listed("--only", STEPS), default=list(STEPS), metavar="LIST",
                    help="the steps to run, comma-separated (default: tests,benchmark,multi30k)")
     p.add_argument("--precisions", type=listed("--precisions", PRECISIONS), metavar="LIST",
@@ -126,7 +137,7 @@ def parse(argv=None):
         if getattr(args, flag[2:].replace("-", "_")) is not None and step not in args.only:
             p.error(f"{flag} sets the {step} step, which --only {','.join(args.only)} leaves out")
     args.precisions = args.precisions or list(PRECISIONS)
-    args.out = args.out.resolve()
+    args.out = (args.out or Path("runs/gpu_rehearsal" if args.rehearse else "runs/gpu_check")).resolve()
     if args.lengths_from is not None:
         args.lengths_from = args.lengths_from.absolute()
     args.raw_dir = Path(args.raw_dir or os.environ.get("MULTI30K") or "data/multi30k_raw").absolute()
@@ -179,6 +190,57 @@ def missing_input(args) -> str:
     return ""
 
 
+def read_record(stamp: Path) -> dict:
+    """A step's record, or {} when there is none or it is damaged (a kill while it was written)."""
+    try:
+        return json.loads(stamp.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def write_record(stamp: Path, record: dict) -> None:
+    part = stamp.with_name(stamp.name + ".tmp")
+    with open(part, "w", encoding="utf-8") as out:
+        out.write(json.dumps(record, indent=1) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(part, stamp)
+
+
+def run_step(step: Step, log: Path, env: dict) -> int:
+    """Run a step in a process group of its own, from the checkout; a SIGTERM, SIGINT or SIGHUP to
+    this command (a job's time limit, Ctrl-C) goes to the whole group (the trainings a step
+    starts included), which gets 20 seconds before it is killed; then this command exits."""
+    import signal
+
+    from .steps import die_with_parent
+
+    def start():
+        die_with_parent()
+        os.setpgrp()
+
+    with open(log, "w", encoding="utf-8") as out:
+        child = subprocess.Popen([sys.executable, "-m", *step.argv], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                 cwd=ROOT, preexec_fn=start)
+
+        def forward(signum, _frame):
+            for sig in (signum, signal.SIGKILL):
+                try:
+                    os.killpg(child.pid, sig)
+                    child.wait(timeout=20)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            raise SystemExit(128 + signum)
+
+        handlers = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        try:
+            return child.wait()
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+
 def say(message: str) -> None:
     print(f"[gpu_check] {message}", file=sys.stderr, flush=True)
 
@@ -227,7 +289,6 @@ def main(argv=None) -> None:
     if not args.rehearse and "benchmark" in args.only and "bf16" in args.precisions and not torch.cuda.is_bf16_supported():
         die("--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16")
     from .ownership import Refusal, WriterLock
-    from .steps import die_with_parent
 
     try:
         lock = WriterLock(args.out, folder=True, what="gpu_check").acquire()  # noqa: F841  (held to the end)
@@ -236,15 +297,18 @@ def main(argv=None) -> None:
     stamps = args.out / ".steps"
     stamps.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    if args.rehearse:  # one thread a process: the runs of a piece share a small CPU
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    say(f"{device_text(args)}; {len(steps)} steps, logs in {args.out}")
-    started, results = time.time(), []
+    if args.rehearse:  # one thread a process, and no GPU even where there is one: the CPU rehearses
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    machine = device_text(args)
+    say(f"{machine}; {len(steps)} steps, logs in {args.out}")
+    started, results, ran = time.time(), [], 0
     for number, step in enumerate(steps, 1):
         stamp = stamps / f"{step.name}.json"
-        record = json.loads(stamp.read_text(encoding="utf-8")) if stamp.is_file() else {}
+        record = read_record(stamp)
         log = args.out / f"{step.name}.log"
-        if record.get("command") == step.shown and record.get("status") == "passed":
+        # kept: the same command, on the same machine and software, passed, and its outputs are there
+        if (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
+                and all(Path(path).exists() for path in record.get("outputs", [])):
             say(f"{number}/{len(steps)} {step.name}: finished before ({record['finished']}, {minutes(record['seconds'])}); kept")
             results.append((step.name, "passed", record["seconds"], log))
             continue
@@ -252,7 +316,8 @@ def main(argv=None) -> None:
         source = "as the last time it ran" if expected else "an estimate"
         expected = expected or ESTIMATE[args.rehearse][step.kind]
         spent = time.time() - started
-        if args.budget_minutes and spent + expected > args.budget_minutes * 60:
+        # the first step of a start always runs (a budget below one step would otherwise never progress)
+        if args.budget_minutes and ran and spent + expected > args.budget_minutes * 60:
             left = len(steps) - number + 1
             say(f"--budget-minutes {args.budget_minutes}: stopping before {step.name}, expected to take about "
                 f"{minutes(expected)} ({source}) with {minutes(max(0, args.budget_minutes * 60 - spent))} left; "
@@ -260,14 +325,13 @@ def main(argv=None) -> None:
             raise SystemExit(UNFINISHED)
         say(f"{number}/{len(steps)} {step.name}: expected about {minutes(expected)} ({source}): {step.shown}")
         begun = time.time()
-        with open(log, "w", encoding="utf-8") as out:
-            status = subprocess.call([sys.executable, "-m", *step.argv], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                     preexec_fn=die_with_parent)  # killed with this command, not left running
+        status = run_step(step, log, env)
         seconds = time.time() - begun
+        ran += 1
         outcome = "passed" if status == 0 else f"FAILED (exit {status})"
-        stamp.write_text(json.dumps({"command": step.shown, "status": outcome.split(" ")[0].lower(),
-                                     "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M")},
-                                    indent=1) + "\n", encoding="utf-8")
+        write_record(stamp, {"command": step.shown, "machine": machine, "status": outcome.split(" ")[0].lower(),
+                             "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M"),
+                             "outputs": [str(path) for path in step.outputs]})
         say(f"{number}/{len(steps)} {step.name}: {outcome} in {minutes(seconds)}")
         results.append((step.name, outcome, seconds, log))
     summary = [f"GPU check summary ({device_text(args)}, {time.strftime('%Y-%m-%d', time.gmtime())})"]
@@ -276,7 +340,7 @@ def main(argv=None) -> None:
     if "tests" in args.only and tests_log.is_file():
         last = [row for row in tests_log.read_text(encoding="utf-8", errors="replace").splitlines() if row.strip()]
         summary.append(f"  tests: {last[-1] if last else '(empty log)'}")
-    for table in [*sorted(args.out.glob("benchmark_*.md")), args.out / "multi30k" / "results.md"]:
+    for table in dict.fromkeys(path for step in steps for path in step.outputs):  # this plan's tables only
         if table.is_file():
             summary += ["", f"{table}:", table.read_text(encoding="utf-8").rstrip()]
     print("\n" + "\n".join(summary))
