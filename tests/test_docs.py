@@ -92,7 +92,7 @@ CHECKS = {
     "PytorchStreamReader failed":
         ("run", [sys.executable, "-c", "import sys, fairseq_csan, torch; torch.load(sys.argv[1])", "{cut}"]),
     "benchmark: error: --device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu":
-        ("test", "test_gpu.py", "no CUDA device here (torch.cuda.is_available() is False)"),
+        ("test", "test_gpu_check.py", "no CUDA device here (torch.cuda.is_available() is False)"),
     "Weights only load failed ... argparse.Namespace ...":
         ("run", [sys.executable, "-c", "import sys, torch; torch.load(sys.argv[1])", "{checkpoint}"]),
     "FileNotFoundError: .../fairseq_csan":
@@ -115,7 +115,7 @@ CHECKS = {
          "fairseq 0.12.2 with torch 2.x only (torch's C++ kernel prints it; this machine runs fairseq-fixed): "
          "docs/implementation.md explains the path that meets it"),
     "missing CORPUS/train.de: CORPUS holds train, val (or valid) and test* files, each in en and de ...":
-        ("test", "test_quickstart.py", "SRC and TGT set the languages"),
+        ("test", "test_quickstart.py", "missing {corpus}/train.de"),
     "tokenizer_src=moses (no rules for tr: English's, as tokenizer.perl)":
         ("test", "test_text.py", "moses (no rules for tr: English's, as tokenizer.perl)"),
     "--last 5 needs 5 numbered checkpoints ... found 3":
