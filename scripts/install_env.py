@@ -4,13 +4,27 @@
     python scripts/install_env.py fairseq-deps CONSTRAINTS SPEC  # SPEC's requirements, less torchaudio
     python scripts/install_env.py pins CONSTRAINTS           # every pinned distribution has its version
     python scripts/install_env.py imports                    # torch, fairseq and fairseq_csan import
+    python scripts/install_env.py make-wheelhouse DIR X.Y WITH_TORCH  # fill DIR for an offline install
+    python scripts/install_env.py wheelhouse-check DIR       # DIR is a whole wheelhouse for this Python
 """
 
+import hashlib
 import importlib.metadata as md
 import importlib.util
+import json
+import os
+import platform
 import re
+import shutil
 import subprocess
 import sys
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = "fairseq_csan-wheelhouse.json"
+PARTIAL = ".fairseq_csan-wheelhouse-partial"  # marks a folder make-wheelhouse is still filling
 
 
 def norm(name):
@@ -72,7 +86,153 @@ def imports():
           f"fairseq {fairseq.__version__}, fairseq_csan {fairseq_csan.__version__}")
 
 
+# --- the offline install (docs/environments.md, "Without network") ---
+
+def _say(*words):
+    print("[install]", *words, flush=True)
+
+
+def _run(*cmd):
+    _say("run:", " ".join(map(str, cmd)))
+    subprocess.run([str(c) for c in cmd], check=True)
+
+
+# run in the build environment: setup.py's requirements, as setup.py states them (torch left out:
+# the wheelhouse holds torch only when asked, and the target environment usually has its own)
+_SETUP_REQUIREMENTS = """
+import json, os, sys
+import setuptools
+from distutils.core import run_setup
+os.chdir(sys.argv[1])
+dist = run_setup("setup.py", stop_after="init")
+reqs = list(dist.install_requires)
+for extra in sys.argv[2].split(","):
+    if extra:
+        reqs += dist.extras_require[extra]
+print(json.dumps(reqs))
+"""
+
+
+def _wheel_requirements(whl):
+    """Requires-Dist of a wheel, less extras-only requirements."""
+    with zipfile.ZipFile(whl) as z:
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = z.read(meta).decode().splitlines()
+    return [line.split(":", 1)[1].strip() for line in lines
+            if line.startswith("Requires-Dist:") and "extra ==" not in line]
+
+
+def _name(requirement):
+    return norm(re.match(r"\s*([A-Za-z0-9_.-]+)", requirement)[1])
+
+
+def _files(folder):
+    return {f.name: {"bytes": f.stat().st_size, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+            for f in sorted(Path(folder).iterdir()) if f.is_file() and f.name not in (MANIFEST, PARTIAL)}
+
+
+def make_wheelhouse(out, python, with_torch):
+    """Fill OUT with every wheel an offline install needs, for Python X.Y on Linux x86-64.
+
+    The wheels are built or downloaded by a temporary virtual environment of that Python (so
+    that pip picks the wheels of its version, and fairseq-fixed is compiled by it, against the
+    torch of TORCH_SPEC), in OUT.partial, which becomes OUT when complete."""
+    spec = {"python": python, "platform": "linux-x86_64", "torch": os.environ["TORCH_SPEC"] if with_torch == "1" else None,
+            "fairseq": os.environ["FAIRSEQ_SPEC"], "extras": os.environ["EXTRAS"]}
+    out = Path(out).resolve()
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return f"[install] error: --make-wheelhouse runs on Linux x86-64 (the wheels are for it); this is {sys.platform} {platform.machine()}"
+    if not re.fullmatch(r"3\.(8|9|1[0-3])", python):
+        return f"[install] error: --python {python}: the supported versions are 3.8 to 3.13 (as X.Y)"
+    if (out / MANIFEST).is_file():
+        made = json.loads((out / MANIFEST).read_text())
+        if {k: made.get(k) for k in spec} == spec and _files(out) == made["files"]:
+            _say(f"{out} is already this wheelhouse (made {made['made']}): nothing to do")
+            return 0
+        return (f"[install] error: {out} is a wheelhouse made for {({k: made.get(k) for k in spec})}, not {spec}: "
+                "name a new folder, or delete that one first")
+    if out.exists() and any(out.iterdir()):
+        return f"[install] error: {out} exists and is not empty: --make-wheelhouse writes a new folder (or completes its own)"
+    interpreter = sys.executable if python == "%d.%d" % sys.version_info[:2] else shutil.which(f"python{python}")
+    if not interpreter:
+        return f"[install] error: --python {python}: no python{python} on PATH to build fairseq-fixed with"
+    work = out.with_name(out.name + ".partial")
+    if work.exists():
+        if not (work / PARTIAL).exists():
+            return f"[install] error: {work} exists and was not made by --make-wheelhouse: move it away first"
+        _say(f"{work}: left by an interrupted run, started again")
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / PARTIAL).write_text("make-wheelhouse is filling this folder; it becomes " + str(out) + "\n")
+    start = time.time()
+    venv = work / PARTIAL.replace("partial", "build-venv")
+    _say(f"1/4 a build environment of Python {python} ({interpreter}) with {os.environ['TORCH_SPEC']}, numpy, cython")
+    _run(interpreter, "-m", "venv", venv)
+    py = venv / "bin" / "python"
+    pip = [py, "-m", "pip", "--disable-pip-version-check"]
+    torch_index = ["--index-url", os.environ["TORCH_INDEX"]] if os.environ.get("TORCH_INDEX") else []
+    _run(*pip, "install", "-q", *torch_index, os.environ["TORCH_SPEC"])
+    _run(*pip, "install", "-q", "setuptools", "wheel", "numpy", "cython")
+    _say(f"2/4 {spec['fairseq']}, compiled for Python {python} against that torch")
+    _run(*pip, "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", work, spec["fairseq"])
+    (fairseq_whl,) = work.glob(_name(spec["fairseq"]).replace("-", "_") + "-*.whl")
+    fairseq_reqs = [r for r in _wheel_requirements(fairseq_whl) if _name(r) not in ("torch", "torchaudio")]
+    plugin_reqs = json.loads(subprocess.run([py, "-c", _SETUP_REQUIREMENTS, ROOT, spec["extras"]], check=True,
+                                            capture_output=True, text=True).stdout)
+    plugin_reqs = [r for r in plugin_reqs if _name(r) != "torch"]
+    # fairseq's exact pins (hydra-core, omegaconf) hold for everything beside it, as in install.sh
+    pins = work / PARTIAL.replace("partial", "pins.txt")
+    pins.write_text("".join(r + "\n" for r in fairseq_reqs if "==" in r))
+    _say(f"3/4 the wheels of fairseq's requirements (less torch, torchaudio), the plugin's and the extras {spec['extras']}")
+    _run(*pip, "wheel", "-q", "--prefer-binary", "-c", pins, "-w", work, "setuptools", "wheel", *fairseq_reqs, *plugin_reqs)
+    without_torch = set(_files(work))
+    if spec["torch"]:
+        _say(f"4/4 {spec['torch']} and its requirements{' from ' + os.environ['TORCH_INDEX'] if torch_index else ''}")
+        _run(*pip, "download", "-q", *torch_index, "-d", work, spec["torch"])
+    else:
+        _say("4/4 no torch (--with-torch adds TORCH_SPEC): the target environment brings its own")
+    shutil.rmtree(venv)
+    pins.unlink()
+    files = _files(work)
+    torch_bytes = sum(v["bytes"] for k, v in files.items() if k not in without_torch)
+    manifest = {**spec, "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "made_by": "scripts/install.sh --make-wheelhouse",
+                "requirements": {"fairseq": fairseq_reqs, "plugin": plugin_reqs}, "files": files}
+    (work / PARTIAL).unlink()
+    (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    work.rename(out)
+    total = sum(v["bytes"] for v in files.values())
+    _say(f"done in {time.time() - start:.0f}s: {out}, {len(files)} files, {total / 2**20:.1f} MiB"
+         + (f" ({(total - torch_bytes) / 2**20:.1f} MiB without torch and its requirements)" if spec["torch"] else ""))
+    _say(f"on the machine without network: bash scripts/install.sh --wheelhouse {out}")
+    return 0
+
+
+def wheelhouse_check(folder):
+    """Exit 0 and print 'torch SPEC' (or 'torch -') and 'extras E' where FOLDER is a complete
+    wheelhouse for this Python; otherwise say what is wrong."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        why = ("its --make-wheelhouse did not finish (" + PARTIAL + " is there)" if (folder / PARTIAL).exists()
+               else f"no {MANIFEST}: make one with bash scripts/install.sh --make-wheelhouse DIR")
+        return f"[install] error: --wheelhouse {folder} is not a wheelhouse: {why}"
+    made = json.loads((folder / MANIFEST).read_text())
+    here = "%d.%d" % sys.version_info[:2]
+    if made["python"] != here:
+        return (f"[install] error: --wheelhouse {folder} was made for Python {made['python']}, this is {here}: "
+                f"make one with --make-wheelhouse DIR --python {here}")
+    have = _files(folder)
+    bad = sorted(k for k, v in made["files"].items() if have.get(k) != v)
+    if bad:
+        return f"[install] error: --wheelhouse {folder}: missing or changed since it was made: {', '.join(bad)}"
+    print("torch", made["torch"] or "-")
+    print("fairseq", made["fairseq"])
+    print("extras", made["extras"])
+    print("made", made["made"].replace(" ", "_"))
+    return 0
+
+
 if __name__ == "__main__":
     # (run as a file: sys.path has scripts/, not the current folder and its fairseq_csan.egg-info)
     command, args = sys.argv[1], sys.argv[2:]
-    sys.exit({"probe": probe, "fairseq-deps": fairseq_deps, "pins": pins, "imports": imports}[command](*args))
+    sys.exit({"probe": probe, "fairseq-deps": fairseq_deps, "pins": pins, "imports": imports,
+                      "make-wheelhouse": make_wheelhouse, "wheelhouse-check": wheelhouse_check}[command](*args))

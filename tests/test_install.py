@@ -10,6 +10,7 @@ real run skips only the final import check (IMPORT_CHECK=0); the pin and pip che
 
 import base64
 import hashlib
+import json
 import importlib.metadata as md
 import os
 import re
@@ -252,3 +253,83 @@ def test_install_takes_torch_from_its_own_index():
     assert pip[-1].replace("\\", "").endswith("[test,logging]")  # printed shell-quoted
     bad = subprocess.run(["bash", "scripts/install.sh", "--now"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "allowed: --dry-run" in bad.stderr
+
+
+def _offline_env(venv: Path, home: Path):
+    """A machine without network: only the venv's tools, no pip configuration, every index and
+    proxy an address where nothing answers (pip fails at once if it tries one)."""
+    env = {"PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(home), "VIRTUAL_ENV": str(venv),
+           "LANG": "C.UTF-8", "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+           "PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
+    if "CSAN_SHARED_DATA" in os.environ:
+        env["CSAN_SHARED_DATA"] = os.environ["CSAN_SHARED_DATA"]
+    return env
+
+
+@pytest.mark.slow
+def test_an_offline_install_from_a_wheelhouse(tmp_path):
+    """--make-wheelhouse on this (connected) machine, then --wheelhouse into a fresh venv that has
+    torch alone, with every package index unreachable: the plugin installs, imports, and its fast
+    tests of the models, the tokenisers and the scores pass there."""
+    house = tmp_path / "wheelhouse"
+    make = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(house)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=900,
+                          env={**os.environ, "PYTHON": sys.executable})
+    assert make.returncode == 0, make.stdout[-3000:] + make.stderr[-3000:]
+    manifest = json.loads((house / "fairseq_csan-wheelhouse.json").read_text())
+    here = "%d.%d" % sys.version_info[:2]
+    assert manifest["python"] == here and manifest["torch"] is None and manifest["extras"] == "test,logging"
+    assert not list(house.glob("torch-*")) and list(house.glob("fairseq_fixed-0.12.3.1-*.whl"))
+    assert sorted(p.name for p in house.iterdir()) == sorted([*manifest["files"], "fairseq_csan-wheelhouse.json"])
+    again = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(house)],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})
+    assert again.returncode == 0 and "is already this wheelhouse" in again.stdout  # a rerun is a no-op
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("a user's file\n")
+    refused = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(busy)],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHON": sys.executable})
+    assert refused.returncode == 1 and "exists and is not empty" in refused.stderr
+    assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+
+    # the machine without network: a fresh venv with torch alone, and a copy of the checkout
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={md.version('torch')}"],
+                   check=True, timeout=600)
+    checkout = tmp_path / "checkout"
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        if (REPO / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            (checkout / name).write_bytes((REPO / name).read_bytes())
+    env = _offline_env(venv, tmp_path / "home")
+    dry = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house), "--dry-run"], cwd=checkout,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    planned = [line for line in dry.stdout.splitlines() if line.startswith(("export ", "python "))]
+    assert planned[0] == f"export PIP_NO_INDEX=1 PIP_FIND_LINKS={house}"  # before any pip command
+    assert "torch 2" in dry.stdout and "is installed: kept" in dry.stdout
+    assert "python -m pip install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1" in planned
+
+    done = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house)], cwd=checkout,
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "offline: every package from the wheelhouse" in done.stdout and "[install] ok: torch" in done.stdout
+    tests = subprocess.run(["python", "-m", "pytest", "tests/test_models.py", "tests/test_text.py",
+                            "tests/test_score.py", "-m", "not slow", "-q", "-p", "no:cacheprovider"],
+                           cwd=checkout, capture_output=True, text=True, env=env, timeout=900)
+    assert tests.returncode == 0 and " passed" in tests.stdout, tests.stdout[-3000:] + tests.stderr[-3000:]
+
+    # what cannot be installed offline is named before anything changes
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    no_torch = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house), "--dry-run"],
+                              cwd=checkout, capture_output=True, text=True, env=_offline_env(bare, tmp_path / "home"),
+                              timeout=120)
+    assert no_torch.returncode == 1
+    assert "no torch is installed, and the wheelhouse holds none" in no_torch.stderr
+    sorted(house.glob("sacremoses-*"))[0].unlink()
+    damaged = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house)], cwd=checkout,
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert damaged.returncode == 1 and "missing or changed since it was made: sacremoses-" in damaged.stderr
