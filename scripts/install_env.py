@@ -153,9 +153,10 @@ def make_wheelhouse(out, python, with_torch):
                 "name a new folder, or delete that one first")
     if out.exists() and any(out.iterdir()):
         return f"[install] error: {out} exists and is not empty: --make-wheelhouse writes a new folder (or completes its own)"
-    interpreter = sys.executable if python == "%d.%d" % sys.version_info[:2] else shutil.which(f"python{python}")
+    interpreter = sys.executable if python == "%d.%d" % sys.version_info[:2] else _find_python(python)
     if not interpreter:
-        return f"[install] error: --python {python}: no python{python} on PATH to build fairseq-fixed with"
+        return (f"[install] error: --python {python}: no working python{python} on PATH or in pyenv's versions "
+                "to build fairseq-fixed with")
     work = out.with_name(out.name + ".partial")
     if work.exists():
         if not (work / PARTIAL).exists():
@@ -164,6 +165,26 @@ def make_wheelhouse(out, python, with_torch):
         shutil.rmtree(work)
     work.mkdir(parents=True)
     (work / PARTIAL).write_text("make-wheelhouse is filling this folder; it becomes " + str(out) + "\n")
+    try:
+        return _fill(work, out, spec, interpreter, python)
+    except subprocess.CalledProcessError as error:
+        return (f"[install] error: this command failed (exit {error.returncode}): {' '.join(map(str, error.cmd))}; "
+                f"the unfinished {work} is started again by the next run")
+
+
+def _find_python(version):
+    """A python<version> that runs and is that version: on PATH (a pyenv shim may not be), else pyenv's."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    for candidate in [shutil.which(f"python{version}"), *sorted(root.glob(f"versions/{version}.*/bin/python{version}"))]:
+        if candidate:
+            ran = subprocess.run([str(candidate), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True)
+            if ran.returncode == 0 and ran.stdout.strip() == version:
+                return str(candidate)
+    return None
+
+
+def _fill(work, out, spec, interpreter, python):
     start = time.time()
     venv = work / PARTIAL.replace("partial", "build-venv")
     _say(f"1/4 a build environment of Python {python} ({interpreter}) with {os.environ['TORCH_SPEC']}, numpy, cython")

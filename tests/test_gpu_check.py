@@ -68,6 +68,8 @@ def test_the_rehearsal_is_the_same_steps_on_the_cpu_at_toy_size():
         if name != "tests":
             assert "--device cuda" in gpu[name] and "--device cpu" in cpu[name] and cpu[name] != gpu[name]
     assert "--max-update 12 " in cpu["multi30k-seed1"] and "--encoder-embed-dim 32" in cpu["benchmark-train-fp16"]
+    assert "--model small " in gpu["multi30k-seed1"] and "--max-update" not in gpu["multi30k-seed1"]  # its 8000
+    assert "--model tiny " in cpu["multi30k-seed1"]
     two = listing(gpu_check("--dry-run", "--raw-dir", "/r", "--only", "multi30k", "--multi30k-seeds", "2"))
     assert list(two) == ["multi30k-seed1", "multi30k-seed2"] and "--seeds 1,2 " in two["multi30k-seed2"]
 
@@ -84,7 +86,7 @@ def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only, capsys)
         return captured.out + captured.err, refusal
 
     walk_options(plan, [["--out", "/o"], ["--only", "tests,benchmark"], ["--precisions", "fp16"],
-                        ["--lengths-from", "/d/newstest2014"], ["--raw-dir", "/r"], ["--multi30k-updates", "500"],
+                        ["--lengths-from", "/d/newstest2014"], ["--raw-dir", "/r"], ["--multi30k-updates", "500"], ["--multi30k-model", "tiny"],
                         ["--multi30k-jobs", "3"], ["--multi30k-jobs", "0"], ["--multi30k-seeds", "2"],
                         ["--only", "tests,gpu"],
                         ["--budget-minutes", "10"], ["--rehearse"]])
@@ -183,6 +185,8 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
                   "multi30k/results.md"):
         assert (tmp_path / "straight" / table).is_file(), table
     assert "| csan2d_ctxaware | transformer_csan2d_ctxaware |" in summary  # the reproduction's table, printed
+    paste = (tmp_path / "straight" / "paste.md").read_text()  # the tables as the docs lay them out
+    assert "a REHEARSAL at toy size on the CPU, not figures to publish" in paste and "| + 2D-CSAN |" in paste
 
     out = tmp_path / "pieces"
     first = gpu_check(*common, "--out", out, "--budget-minutes", "1", timeout=600)
@@ -215,3 +219,41 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     assert resumed, "no run resumed from the checkpoint it had when it was killed"
     assert steps_of((out / "summary.md").read_text()) == [row.replace(str(tmp_path / "straight"), str(out))
                                                          for row in steps_of(summary)]
+
+
+def test_the_summary_is_ready_to_paste_into_the_docs(tmp_path):
+    """paste.md holds the measured tables as the docs lay them out: the README's Results at a
+    glance with its paper columns kept and our speed filled in from the fp32 training table, the
+    benchmark tables for docs/speed.md, the Multi30k table; each headed by the device and date."""
+    from fairseq_csan.recipes import gpu_check as checker
+
+    args = checker.parse(["--out", str(tmp_path), "--precisions", "fp32,fp16", "--raw-dir", "/r"])
+    header = "| architecture | parameters | target tokens/s (median) | ratio to baseline (median) | ratio range |\n|---|---|---|---|---|\n"
+    ratios = {"transformer": "1.000", "transformer_csan1d": "1.013", "transformer_csan2d": "0.962",
+              "transformer_ctxaware": "0.906", "transformer_block": "0.700"}
+    (tmp_path / "benchmark_train_fp32.md").write_text(
+        "Training throughput ...\n\n" + header + "".join(f"| {a} | 60.52M | 999 | {r} | {r}-{r} |\n" for a, r in ratios.items()))
+    (tmp_path / "benchmark_decode_fp16.md").write_text("Beam-search decoding ...\n\n" + header + "| transformer | 1 | 2 | 1.000 | 1.000-1.000 |\n")
+    (tmp_path / "multi30k").mkdir()
+    (tmp_path / "multi30k" / "results.md").write_text("| System | Architecture |\n|---|---|\n| transformer | transformer |\n")
+    machine = "1 GPU(s): NVIDIA H100 80GB HBM3, torch 2.13.0+cu128, CUDA 12.8"
+    ready = checker.paste_ready(args, machine, "2026-11-26")
+    blocks = ready.split("\n\n")
+    assert blocks[0] == "README.md, Results at a glance (training speed, ratio to the Transformer):"
+    ours = blocks[1].splitlines()
+    readme = (REPO / "README.md").read_text()
+    glance = readme[readme.index("| model | paper BLEU | paper speed |"):].split("\n\n")[0].splitlines()
+    assert ours[0] == glance[0].rsplit("|", 2)[0] + f"| our speed ({machine}, 2026-11-26, fp32, [docs/speed.md](docs/speed.md)) |"
+    assert len(ours) == len(glance) == 6 and ours[1] == glance[1]
+    for mine, theirs in zip(ours[2:], glance[2:]):
+        assert mine.split("|")[:4] == theirs.split("|")[:4]  # the paper's columns, as the README has them
+    assert [row.split("|")[4].strip() for row in ours[2:]] == ["1.00x", "1.01x", "0.96x", "0.91x"]
+    assert f"docs/speed.md, On a GPU (measured with scripts/gpu_check.sh on {machine}, 2026-11-26):" in ready
+    assert "Training throughput ..." in ready and "Beam-search decoding ..." in ready
+    assert ("examples/multi30k/README.md, Results (--model small, scripts/gpu_check.sh on " + machine) in ready
+    assert ready.rstrip().endswith("| transformer | transformer |")
+    rehearsal = checker.paste_ready(checker.parse(["--out", str(tmp_path), "--rehearse", "--raw-dir", "/r"]),
+                                    "rehearsal on the CPU, torch 2.13.0", "2026-11-26")
+    assert "a REHEARSAL at toy size on the CPU, not figures to publish" in rehearsal.splitlines()[2]
+    (tmp_path / "benchmark_train_fp32.md").unlink()
+    assert not checker.paste_ready(args, machine, "2026-11-26").startswith("README.md")  # no fp32 table, no glance

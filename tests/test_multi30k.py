@@ -151,6 +151,29 @@ def test_reproduction_smoke_run(tmp_path):
     # another budget in the same output folder is refused
     refused = run([*command[:-2], "--max-update", 16], check=False)
     assert refused.returncode != 0 and "other settings" in refused.stderr
+    refused = run([*command, "--model", "small"], check=False)  # so is another model
+    assert refused.returncode != 0 and "other settings" in refused.stderr
+
+
+def test_the_model_sizes():
+    """tiny keeps the settings that runs made before --model recorded (so they are kept, not
+    refused); small is the GPU's: 128-dim, FFN 256, 4 heads, dropout 0.3, 4096-token batches,
+    8000 updates, and 6 encoder layers for CSAN's lowest 3 of 6."""
+    from fairseq_csan.recipes.multi30k import MODELS, training_args
+
+    assert MODELS["tiny"]["model"] == [
+        "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "256", "--encoder-attention-heads", "4",
+        "--encoder-layers", "6", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "256",
+        "--decoder-attention-heads", "4", "--decoder-layers", "3"]
+    assert training_args(1200) == training_args(1200, "tiny") == [
+        "--max-tokens", "1024", "--lr", "0.002", "--warmup-updates", "300", "--save-interval-updates", "100",
+        "--keep-interval-updates", "5", "--log-interval", "50"]
+    small = dict(zip(MODELS["small"]["model"][::2], MODELS["small"]["model"][1::2]))
+    assert small == {"--encoder-embed-dim": "128", "--encoder-ffn-embed-dim": "256", "--encoder-attention-heads": "4",
+                     "--encoder-layers": "6", "--decoder-embed-dim": "128", "--decoder-ffn-embed-dim": "256",
+                     "--decoder-attention-heads": "4", "--decoder-layers": "4", "--dropout": "0.3"}
+    assert training_args(8000, "small")[:6] == ["--max-tokens", "4096", "--lr", "0.005", "--warmup-updates", "2000"]
+    assert MODELS["small"]["max_update"] == 8000 and MODELS["tiny"]["max_update"] == 1200
 
 
 def test_prepare_names_the_missing_file_and_where_to_get_it(tmp_path):

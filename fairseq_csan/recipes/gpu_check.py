@@ -2,7 +2,8 @@
 
 usage: python -m fairseq_csan.recipes.gpu_check [--out DIR] [--only tests,benchmark,multi30k]
            [--precisions fp32,fp16,bf16] [--lengths-from PREFIX] [--raw-dir DIR]
-           [--multi30k-updates N] [--multi30k-seeds N] [--multi30k-jobs N] [--budget-minutes N]
+           [--multi30k-model tiny|small] [--multi30k-updates N] [--multi30k-seeds N] [--multi30k-jobs N]
+           [--budget-minutes N]
            [--rehearse] [--dry-run]
 (scripts/gpu_check.sh is this command.)
 
@@ -117,8 +118,11 @@ def parse(argv=None):
                    help="the benchmark's sentence lengths from an .en/.de pair (default: newstest2014's, shipped)")
     p.add_argument("--raw-dir", type=Path, metavar="DIR",
                    help="Multi30k's raw files (default $MULTI30K, else data/multi30k_raw, where the README unpacks them)")
+    p.add_argument("--multi30k-model", choices=("tiny", "small"),
+                   help="the Multi30k model (multi30k.py --model; default small, the size expected to reach 38 BLEU "
+                        "or more; tiny with --rehearse)")
     p.add_argument("--multi30k-updates", type=whole("--multi30k-updates"), metavar="N",
-                   help="training updates per Multi30k run (default 6000; 12 with --rehearse)")
+                   help="training updates per Multi30k run (default: the model's, 8000 for small; 12 with --rehearse)")
     p.add_argument("--multi30k-seeds", type=whole("--multi30k-seeds"), metavar="N",
                    help="seeds 1..N of each system, one piece (step) each (default 3)")
     p.add_argument("--multi30k-jobs", type=whole("--multi30k-jobs"), metavar="N",
@@ -132,7 +136,7 @@ def parse(argv=None):
                    help="list the steps, and the input a run would stop at, and exit (works without a GPU)")
     args = p.parse_args(argv)
     steps_of = {"--precisions": "benchmark", "--lengths-from": "benchmark", "--raw-dir": "multi30k",
-                "--multi30k-updates": "multi30k", "--multi30k-seeds": "multi30k", "--multi30k-jobs": "multi30k"}
+                "--multi30k-model": "multi30k", "--multi30k-updates": "multi30k", "--multi30k-seeds": "multi30k", "--multi30k-jobs": "multi30k"}
     for flag, step in steps_of.items():
         if getattr(args, flag[2:].replace("-", "_")) is not None and step not in args.only:
             p.error(f"{flag} sets the {step} step, which --only {','.join(args.only)} leaves out")
@@ -141,7 +145,8 @@ def parse(argv=None):
     if args.lengths_from is not None:
         args.lengths_from = args.lengths_from.absolute()
     args.raw_dir = Path(args.raw_dir or os.environ.get("MULTI30K") or "data/multi30k_raw").absolute()
-    args.multi30k_updates = args.multi30k_updates or (12 if args.rehearse else 6000)
+    args.multi30k_model = args.multi30k_model or ("tiny" if args.rehearse else "small")
+    args.multi30k_updates = args.multi30k_updates or (12 if args.rehearse else None)  # None: the model's
     args.multi30k_jobs = args.multi30k_jobs or (2 if args.rehearse else 4)
     args.multi30k_seeds = args.multi30k_seeds or 3
     return args
@@ -168,7 +173,9 @@ def plan(args) -> List[Step]:
         for k in range(1, args.multi30k_seeds + 1):  # pieces: seeds 1..k; finished runs are kept, the table has all
             steps.append(Step(f"multi30k-seed{k}", [
                 "fairseq_csan.recipes.multi30k", "--device", device, "--jobs", str(args.multi30k_jobs),
-                "--max-update", str(args.multi30k_updates), "--seeds", ",".join(map(str, range(1, k + 1))),
+                "--model", args.multi30k_model,
+                *(["--max-update", str(args.multi30k_updates)] if args.multi30k_updates else []),
+                "--seeds", ",".join(map(str, range(1, k + 1))),
                 *(TOY_MULTI30K if args.rehearse else []), "--raw-dir", str(args.raw_dir),
                 "--out", str(args.out / "multi30k")], "multi30k"))
     return steps
@@ -263,6 +270,55 @@ def device_text(args) -> str:
     return f"{torch.cuda.device_count()} GPU(s): {name}, torch {torch.__version__}, CUDA {torch.version.cuda}"
 
 
+# the README's "Results at a glance" rows, by the architecture whose speed fills their last column
+GLANCE = {"Transformer-base": "transformer", "+ 1D-CSAN": "transformer_csan1d", "+ 2D-CSAN": "transformer_csan2d",
+          "+ context-aware SANs": "transformer_ctxaware"}
+
+
+def table_rows(text: str) -> List[List[str]]:
+    """The cells of a Markdown table's body rows."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|")]
+    return [row for row in rows[2:]] if len(rows) > 2 else []
+
+
+def paste_ready(args, machine: str, day: str) -> str:
+    """The measured tables as the docs' own (README's Results at a glance, docs/speed.md's On a
+    GPU, examples/multi30k/README.md's Results), each headed by the device, its software and the
+    date; empty where a table is missing."""
+    where = f"{machine}, {day}"
+    if args.rehearse:
+        where += "; a REHEARSAL at toy size on the CPU, not figures to publish"
+    blocks = []
+    precision = "fp32" if "fp32" in args.precisions else args.precisions[0]
+    train = args.out / f"benchmark_train_{precision}.md"
+    readme = ROOT / "README.md"
+    if "benchmark" in args.only and train.is_file() and readme.is_file():
+        ratio = {row[0]: row[3] for row in table_rows(train.read_text(encoding="utf-8")) if len(row) >= 4}
+        text = readme.read_text(encoding="utf-8")
+        start = text.find("| model | paper BLEU | paper speed |")
+        glance = text[start:text.find("\n\n", start)].splitlines() if start >= 0 else []
+        if len(glance) > 2 and all(arch in ratio for arch in GLANCE.values()):
+            head = glance[0].rsplit("|", 2)[0] + f"| our speed ({where}, {precision}, [docs/speed.md](docs/speed.md)) |"
+            body = []
+            for row in glance[2:]:
+                cells = row.strip().strip("|").split("|")
+                arch = GLANCE.get(cells[0].strip())
+                body.append("|".join(["", *cells[:-1], f" {float(ratio[arch]):.2f}x " if arch else cells[-1], ""]))
+            blocks.append("README.md, Results at a glance (training speed, ratio to the Transformer):\n\n"
+                          + "\n".join([head, glance[1], *body]))
+    speed = [args.out / f"benchmark_{mode}_{p}.md" for p in args.precisions for mode in ("train", "decode", "crossover")]
+    speed = [path for path in speed if path.is_file()] if "benchmark" in args.only else []
+    if speed:
+        blocks.append(f"docs/speed.md, On a GPU (measured with scripts/gpu_check.sh on {where}):\n\n"
+                      + "\n\n".join(path.read_text(encoding="utf-8").rstrip() for path in speed))
+    results = args.out / "multi30k" / "results.md"
+    if "multi30k" in args.only and results.is_file():
+        blocks.append(f"examples/multi30k/README.md, Results (--model {args.multi30k_model}, scripts/gpu_check.sh on "
+                      f"{where}):\n\n" + results.read_text(encoding="utf-8").rstrip())
+    return "\n\n".join(blocks)
+
+
 def main(argv=None) -> None:
     args = parse(argv)
     steps = plan(args)
@@ -334,7 +390,8 @@ def main(argv=None) -> None:
                              "outputs": [str(path) for path in step.outputs]})
         say(f"{number}/{len(steps)} {step.name}: {outcome} in {minutes(seconds)}")
         results.append((step.name, outcome, seconds, log))
-    summary = [f"GPU check summary ({device_text(args)}, {time.strftime('%Y-%m-%d', time.gmtime())})"]
+    day = time.strftime('%Y-%m-%d', time.gmtime())
+    summary = [f"GPU check summary ({device_text(args)}, {day})"]
     summary += [f"  {name}: {outcome} in {minutes(seconds)}, log {log}" for name, outcome, seconds, log in results]
     tests_log = args.out / "tests.log"
     if "tests" in args.only and tests_log.is_file():
@@ -345,6 +402,10 @@ def main(argv=None) -> None:
             summary += ["", f"{table}:", table.read_text(encoding="utf-8").rstrip()]
     print("\n" + "\n".join(summary))
     (args.out / "summary.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
+    ready = paste_ready(args, machine, day)
+    if ready:  # the same tables, as the docs lay them out
+        (args.out / "paste.md").write_text(ready + "\n", encoding="utf-8")
+        say(f"the tables as the docs lay them out, ready to paste: {args.out / 'paste.md'}")
     if any(outcome != "passed" for _, outcome, _, _ in results):
         raise SystemExit(1)
 
