@@ -77,6 +77,27 @@ def ende(tmp_path_factory):
     return {"work": work, "raw": raw, "out": out, "first": first, "wmt": wmt}
 
 
+def _snapshot(folder):
+    """Every file under ``folder`` with its size and modification time."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def tiny_task(tmp_path_factory):
+    """A small prepared Multi30k task (1,000 pairs, 300 BPE merges, 32 test pairs) and a
+    csan2d model trained on it for 4 updates, built once for the tests that only read them
+    (tests/test_translate.py, tests/test_export.py); at the end of the session it must be as
+    built: a test that changes it fails here, and must take a copy instead."""
+    from recipe_helpers import trained_task
+
+    root = tmp_path_factory.mktemp("tiny_task")
+    task, checkpoint = trained_task(root)
+    before = _snapshot(root)
+    yield {"task": task, "checkpoint": checkpoint}
+    assert _snapshot(root) == before, "a test changed the shared tiny_task fixture; copy it first"
+
+
 @pytest.fixture(scope="session")
 def tree(ende, tmp_path_factory):
     """The user's files: a prepared task, a checkpoint folder, its evaluation, and an exported

@@ -225,3 +225,21 @@ def prepare_planner(monkeypatch, capsys, root, base):
         return repr(record).replace(str(out), "OUT"), refused
 
     return plan
+
+
+def trained_task(root, test_lines=32, updates=4):
+    """A small prepared Multi30k task (1,000 training pairs, 300 BPE merges, ``test_lines`` test
+    pairs) and a tiny model trained on it for a few updates on the CPU."""
+    from conftest import shared_corpus
+
+    m30k = shared_corpus("multi30k_en_de")
+    raw = root / "raw"
+    for name, source, size in (("train", "train", 1000), ("val", "val", 20), ("test_2016_flickr", "test_2016_flickr", test_lines)):
+        for lang in ("en", "de"):
+            write(raw / f"{name}.{lang}", lines(m30k / f"{source}.{lang}")[:size])
+    task, save = root / "task", root / "ck"
+    run(["bash", "examples/multi30k/prepare.sh", "--raw-dir", raw, "--out", task, "--merges", 300, "--workers", 2,
+         "--no-download"])
+    run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer_csan2d", "--save-dir", save, "--cpu-tiny",
+         "--max-update", updates])
+    return task, save / "checkpoint_last.pt"

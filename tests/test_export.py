@@ -6,7 +6,6 @@ import sys
 import pytest
 
 from recipe_helpers import fake_task, lines, refusal_of, run, walk_options, write
-from test_translate import trained_task
 
 EXPORT = [sys.executable, "-m", "fairseq_csan.recipes.export"]
 
@@ -35,10 +34,10 @@ def test_refusals_name_the_problem(tmp_path):
 
 
 @pytest.mark.slow
-def test_exported_folder_translates_as_evaluate(tmp_path):
+def test_exported_folder_translates_as_evaluate(tiny_task, tmp_path):
     """Export a tiny trained model; TransformerModel.from_pretrained(folder).translate() with no
     other argument, translate.py --model and translate.py --data give evaluate.sh's hyp.detok."""
-    task, checkpoint = trained_task(tmp_path, test_lines=32)  # 32: one batch in fairseq-generate too
+    task, checkpoint = tiny_task["task"], tiny_task["checkpoint"]  # 32 test lines: one batch in fairseq-generate too
     ev = tmp_path / "ev"
     run(["bash", "scripts/evaluate.sh", "--data", task, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
     folder = tmp_path / "model"

@@ -13,6 +13,7 @@ import os
 import random
 import re
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -436,8 +437,9 @@ def test_ende_training_resumes_and_refuses_another_run(ende):
 
 
 @pytest.mark.slow
-def test_ende_resume_continues_from_the_last_checkpoint(ende):
-    save = ende["work"] / "ck_csan"
+def test_ende_resume_continues_from_the_last_checkpoint(ende, tmp_path):
+    save = tmp_path / "ck_csan"  # a copy: the shared run stays at its 16 updates for the other tests
+    shutil.copytree(ende["work"] / "ck_csan", save)
     done = train_tiny(ende["out"], save, "transformer_csan2d", "--max-update", 20)
     assert "resuming from" in done.stderr
     assert "loaded checkpoint" in done.stdout.lower() and (save / "checkpoint_1_20.pt").is_file()

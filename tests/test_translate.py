@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from conftest import shared_corpus
 from recipe_helpers import fake_task, lines, refusal_of, run, walk_options, write
 
 from fairseq_csan.recipes.translate import pieces
@@ -14,25 +13,10 @@ from fairseq_csan.recipes.translate import pieces
 TRANSLATE = [sys.executable, "-m", "fairseq_csan.recipes.translate"]
 
 
-def trained_task(root, test_lines=32, updates=4):
-    """A small prepared Multi30k task (1,000 training pairs, 300 BPE merges, ``test_lines`` test
-    pairs) and a tiny model trained on it for a few updates on the CPU."""
-    m30k = shared_corpus("multi30k_en_de")
-    raw = root / "raw"
-    for name, source, size in (("train", "train", 1000), ("val", "val", 20), ("test_2016_flickr", "test_2016_flickr", test_lines)):
-        for lang in ("en", "de"):
-            write(raw / f"{name}.{lang}", lines(m30k / f"{source}.{lang}")[:size])
-    task, save = root / "task", root / "ck"
-    run(["bash", "examples/multi30k/prepare.sh", "--raw-dir", raw, "--out", task, "--merges", 300, "--workers", 2,
-         "--no-download"])
-    run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer_csan2d", "--save-dir", save, "--cpu-tiny",
-         "--max-update", updates])
-    return task, save / "checkpoint_last.pt"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return trained_task(tmp_path_factory.mktemp("translate"))
+@pytest.fixture
+def tiny(tiny_task):
+    """conftest.py's session-wide tiny task and checkpoint (read only)."""
+    return tiny_task["task"], tiny_task["checkpoint"]
 
 
 # ---------------------------------------------------------------- without a model
