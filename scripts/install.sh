@@ -2,14 +2,16 @@
 # Install fairseq_csan into the active Python environment: a fresh one, or one that already has
 # torch and fairseq (they are kept, with their pins; see docs/environments.md).
 # usage: bash scripts/install.sh [--dry-run] [--wheelhouse DIR]
-#        bash scripts/install.sh --make-wheelhouse DIR [--python X.Y] [--with-torch]
+#        bash scripts/install.sh --make-wheelhouse DIR [--python X.Y] [--with-torch] [--constraints FILE]
 #   --dry-run    print what the environment holds and the commands a real run would run; change nothing
 #   --wheelhouse DIR  install from DIR alone, never a package index (a machine without network);
 #                DIR is made by --make-wheelhouse on a connected machine (docs/environments.md)
 #   --make-wheelhouse DIR  fill the new folder DIR with every wheel an offline install needs
 #                (fairseq-fixed compiled for that Python, the requirements, EXTRAS' packages), for
-#                Linux x86-64 and Python X.Y (--python; default: this one, a pythonX.Y on PATH
-#                otherwise); torch only with --with-torch (TORCH_SPEC, from TORCH_INDEX if set)
+#                Linux x86-64 and Python X.Y (--python; default: this one; another is looked for
+#                as pythonX.Y on PATH, then in pyenv's versions); torch only with --with-torch
+#                (TORCH_SPEC, from TORCH_INDEX if set); --constraints FILE holds the wheels to
+#                the target's versions (its `pip freeze`: numpy, a torch module's pins)
 #   TORCH_SPEC   torch requirement, installed where torch is missing (default: torch==2.13.0). Set it,
 #                or TORCH_INDEX, to install torch even where one is installed (that replaces it)
 #   TORCH_INDEX  a package index to take torch from, e.g. PyTorch's CUDA wheel index on a GPU
@@ -33,26 +35,31 @@ EXTRAS=${EXTRAS:-test,logging}
 IMPORT_CHECK=${IMPORT_CHECK:-1}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python}
-dry_run=0 wheelhouse="" make_wheelhouse="" target_python="" with_torch=0
+dry_run=0 wheelhouse="" make_wheelhouse="" target_python="" with_torch=0 constraints=""
 usage() { echo "[install] error: $* (bash scripts/install.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
-    --wheelhouse|--make-wheelhouse|--python)
+    --wheelhouse|--make-wheelhouse|--python|--constraints)
       [ $# -ge 2 ] && [ -n "$2" ] && [[ "$2" != --* ]] || usage "$1 needs a value"
-      case "$1" in --wheelhouse) wheelhouse=$2 ;; --make-wheelhouse) make_wheelhouse=$2 ;; *) target_python=$2 ;; esac
+      case "$1" in
+        --wheelhouse) wheelhouse=$2 ;; --make-wheelhouse) make_wheelhouse=$2 ;;
+        --python) target_python=$2 ;; *) constraints=$2 ;;
+      esac
       shift ;;
     --with-torch) with_torch=1 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) usage "unknown argument '$1' (allowed: --dry-run, --wheelhouse DIR, --make-wheelhouse DIR, --python X.Y, --with-torch, --help)" ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) usage "unknown argument '$1' (allowed: --dry-run, --wheelhouse DIR, --make-wheelhouse DIR, --python X.Y, --with-torch, --constraints FILE, --help)" ;;
   esac
   shift
 done
 if [ -n "$make_wheelhouse" ]; then
-  [ "$dry_run" = 0 ] && [ -z "$wheelhouse" ] || usage "--make-wheelhouse goes alone (with --python, --with-torch): it installs nothing"
+  [ "$dry_run" = 0 ] && [ -z "$wheelhouse" ] || usage "--make-wheelhouse goes alone (with --python, --with-torch, --constraints): it installs nothing"
+  [ -z "$constraints" ] || [ -f "$constraints" ] || usage "--constraints $constraints: no such file"
 else
   [ -z "$target_python" ] || usage "--python X.Y is the Python a wheelhouse is made for: it goes with --make-wheelhouse"
   [ "$with_torch" = 0 ] || usage "--with-torch puts torch into a wheelhouse: it goes with --make-wheelhouse"
+  [ -z "$constraints" ] || usage "--constraints FILE holds a wheelhouse to versions: it goes with --make-wheelhouse"
 fi
 case "$IMPORT_CHECK" in 0|1) ;; *) echo "[install] error: IMPORT_CHECK must be 0 or 1, got '$IMPORT_CHECK'" >&2; exit 2 ;; esac
 [[ "$EXTRAS" =~ ^[A-Za-z0-9_,-]*$ ]] || { echo "[install] error: EXTRAS must be comma-separated extra names (e.g. test,logging), got '$EXTRAS'" >&2; exit 2; }
@@ -64,7 +71,8 @@ if [ -n "$make_wheelhouse" ]; then
   # (on a connected machine: nothing here is installed; scripts/install_env.py does the work)
   target_python=${target_python:-$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
   TORCH_SPEC=$TORCH_SPEC TORCH_INDEX=$TORCH_INDEX FAIRSEQ_SPEC=$FAIRSEQ_SPEC EXTRAS=$EXTRAS \
-    exec "$PY" "$ROOT/scripts/install_env.py" make-wheelhouse "$make_wheelhouse" "$target_python" "$with_torch"
+    exec "$PY" "$ROOT/scripts/install_env.py" make-wheelhouse "$make_wheelhouse" "$target_python" "$with_torch" \
+    "${constraints:+$(cd "$(dirname "$constraints")" && pwd)/$(basename "$constraints")}"
 fi
 
 # --- what the environment holds: distribution versions from their metadata (nothing is imported) ---
@@ -92,7 +100,7 @@ if [ -n "$wheelhouse" ]; then
   wheelhouse=$(cd "$wheelhouse" && pwd)
   [ -z "$TORCH_INDEX" ] || die "TORCH_INDEX=$TORCH_INDEX with --wheelhouse: an offline install takes torch from the wheelhouse (--make-wheelhouse --with-torch) or keeps the installed one"
   made=$("$PY" "$ROOT/scripts/install_env.py" wheelhouse-check "$wheelhouse") || exit 1
-  wh() { awk -v k="$1" '$1 == k { print $2 }' <<< "$made"; }
+  wh() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' <<< "$made"; }
   if [ -n "$FAIRSEQ_EXPLICIT" ] && [ "$FAIRSEQ_SPEC" != "$(wh fairseq)" ]; then
     die "FAIRSEQ_SPEC=$FAIRSEQ_SPEC, but the wheelhouse holds $(wh fairseq)"
   fi
@@ -101,13 +109,15 @@ if [ -n "$wheelhouse" ]; then
     [ -z "$TORCH_EXPLICIT" ] || [ "$TORCH_SPEC" = "$(wh torch)" ] || die "TORCH_SPEC=$TORCH_SPEC, but the wheelhouse holds $(wh torch)"
     TORCH_SPEC=$(wh torch)
   elif [ -z "$TORCH_HAVE" ] || [ -n "$TORCH_EXPLICIT" ]; then
-    die "${TORCH_HAVE:+TORCH_SPEC asks for torch, but }${TORCH_HAVE:-no torch is installed, and }the wheelhouse holds none: install torch first (a cluster module, a container), or make the wheelhouse with --with-torch"
+    if [ -n "$TORCH_HAVE" ]; then why="TORCH_SPEC=$TORCH_SPEC asks for torch, but"; else why="no torch is installed, and"; fi
+    die "$why the wheelhouse holds none: install torch first (a cluster module, a container), or make the wheelhouse with --with-torch"
   fi
   for extra in ${EXTRAS//,/ }; do
     [[ ",$(wh extras)," == *",$extra,"* ]] || die "EXTRAS=$EXTRAS, but the wheelhouse holds the packages of the extras $(wh extras) only: make it with EXTRAS=$EXTRAS"
   done
-  say "offline: every package from the wheelhouse $wheelhouse (made $(wh made | tr _ ' ')), no package index"
-  add export PIP_NO_INDEX=1 "PIP_FIND_LINKS=$wheelhouse"
+  say "offline: every package from the wheelhouse $wheelhouse (made $(wh made)), no package index"
+  # (as a file: URL, which has no blank: pip splits PIP_FIND_LINKS at blanks)
+  add export PIP_NO_INDEX=1 "PIP_FIND_LINKS=$(wh uri)"
 fi
 
 FAIRSEQ_HAVE=none

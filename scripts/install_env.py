@@ -4,7 +4,7 @@
     python scripts/install_env.py fairseq-deps CONSTRAINTS SPEC  # SPEC's requirements, less torchaudio
     python scripts/install_env.py pins CONSTRAINTS           # every pinned distribution has its version
     python scripts/install_env.py imports                    # torch, fairseq and fairseq_csan import
-    python scripts/install_env.py make-wheelhouse DIR X.Y WITH_TORCH  # fill DIR for an offline install
+    python scripts/install_env.py make-wheelhouse DIR X.Y WITH_TORCH [CONSTRAINTS]  # fill DIR for an offline install
     python scripts/install_env.py wheelhouse-check DIR       # DIR is a whole wheelhouse for this Python
 """
 
@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -106,9 +107,10 @@ from distutils.core import run_setup
 os.chdir(sys.argv[1])
 dist = run_setup("setup.py", stop_after="init")
 reqs = list(dist.install_requires)
-for extra in sys.argv[2].split(","):
-    if extra:
-        reqs += dist.extras_require[extra]
+for extra in filter(None, sys.argv[2].split(",")):
+    if extra not in dist.extras_require:
+        sys.exit(f"EXTRAS: no extra {extra!r} in setup.py (it has {', '.join(sorted(dist.extras_require))})")
+    reqs += dist.extras_require[extra]
 print(json.dumps(reqs))
 """
 
@@ -131,26 +133,34 @@ def _files(folder):
             for f in sorted(Path(folder).iterdir()) if f.is_file() and f.name not in (MANIFEST, PARTIAL)}
 
 
-def make_wheelhouse(out, python, with_torch):
+def make_wheelhouse(out, python, with_torch, constraints=""):
     """Fill OUT with every wheel an offline install needs, for Python X.Y on Linux x86-64.
 
     The wheels are built or downloaded by a temporary virtual environment of that Python (so
     that pip picks the wheels of its version, and fairseq-fixed is compiled by it, against the
     torch of TORCH_SPEC), in OUT.partial, which becomes OUT when complete."""
     spec = {"python": python, "platform": "linux-x86_64", "torch": os.environ["TORCH_SPEC"] if with_torch == "1" else None,
-            "fairseq": os.environ["FAIRSEQ_SPEC"], "extras": os.environ["EXTRAS"]}
+            "fairseq": os.environ["FAIRSEQ_SPEC"], "extras": os.environ["EXTRAS"],
+            "constraints": Path(constraints).read_text().split() if constraints else None}
     out = Path(out).resolve()
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return f"[install] error: --make-wheelhouse runs on Linux x86-64 (the wheels are for it); this is {sys.platform} {platform.machine()}"
     if not re.fullmatch(r"3\.(8|9|1[0-3])", python):
         return f"[install] error: --python {python}: the supported versions are 3.8 to 3.13 (as X.Y)"
+    if out.exists() and not out.is_dir():
+        return f"[install] error: --make-wheelhouse {out}: a file, not a folder"
     if (out / MANIFEST).is_file():
         made = json.loads((out / MANIFEST).read_text())
-        if {k: made.get(k) for k in spec} == spec and _files(out) == made["files"]:
-            _say(f"{out} is already this wheelhouse (made {made['made']}): nothing to do")
-            return 0
-        return (f"[install] error: {out} is a wheelhouse made for {({k: made.get(k) for k in spec})}, not {spec}: "
-                "name a new folder, or delete that one first")
+        if {k: made.get(k) for k in spec} != spec:
+            return (f"[install] error: {out} is a wheelhouse made for {({k: made.get(k) for k in spec})}, not {spec}: "
+                    "name a new folder, or delete that one first")
+        have = _files(out)
+        changed = sorted(k for k in set(made["files"]) | set(have) if have.get(k) != made["files"].get(k))
+        if changed:
+            return (f"[install] error: {out}: missing or changed since it was made: {', '.join(changed)}; "
+                    "delete the folder and make it again")
+        _say(f"{out} is already this wheelhouse (made {made['made']}): nothing to do")
+        return 0
     if out.exists() and any(out.iterdir()):
         return f"[install] error: {out} exists and is not empty: --make-wheelhouse writes a new folder (or completes its own)"
     interpreter = sys.executable if python == "%d.%d" % sys.version_info[:2] else _find_python(python)
@@ -166,9 +176,11 @@ def make_wheelhouse(out, python, with_torch):
     work.mkdir(parents=True)
     (work / PARTIAL).write_text("make-wheelhouse is filling this folder; it becomes " + str(out) + "\n")
     try:
-        return _fill(work, out, spec, interpreter, python)
+        return _fill(work, out, spec, interpreter, python, constraints)
     except subprocess.CalledProcessError as error:
-        return (f"[install] error: this command failed (exit {error.returncode}): {' '.join(map(str, error.cmd))}; "
+        shown = " ".join(str(c) if len(str(c)) < 200 else "(a script)" for c in error.cmd)
+        why = (error.stderr or "").strip().splitlines()[-1:] if isinstance(error.stderr, str) else []
+        return (f"[install] error: this command failed (exit {error.returncode}): {shown}{': ' + why[0] if why else ''}; "
                 f"the unfinished {work} is started again by the next run")
 
 
@@ -184,28 +196,32 @@ def _find_python(version):
     return None
 
 
-def _fill(work, out, spec, interpreter, python):
+def _fill(work, out, spec, interpreter, python, constraints):
     start = time.time()
     venv = work / PARTIAL.replace("partial", "build-venv")
     _say(f"1/4 a build environment of Python {python} ({interpreter}) with {os.environ['TORCH_SPEC']}, numpy, cython")
     _run(interpreter, "-m", "venv", venv)
     py = venv / "bin" / "python"
     pip = [py, "-m", "pip", "--disable-pip-version-check"]
-    torch_index = ["--index-url", os.environ["TORCH_INDEX"]] if os.environ.get("TORCH_INDEX") else []
-    _run(*pip, "install", "-q", *torch_index, os.environ["TORCH_SPEC"])
-    _run(*pip, "install", "-q", "setuptools", "wheel", "numpy", "cython")
-    _say(f"2/4 {spec['fairseq']}, compiled for Python {python} against that torch")
-    _run(*pip, "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", work, spec["fairseq"])
-    (fairseq_whl,) = work.glob(_name(spec["fairseq"]).replace("-", "_") + "-*.whl")
-    fairseq_reqs = [r for r in _wheel_requirements(fairseq_whl) if _name(r) not in ("torch", "torchaudio")]
+    held = ["-c", constraints] if constraints else []  # the target's versions (--constraints)
+    _run(*pip, "install", "-q", *held, "setuptools", "wheel", "numpy", "cython")
+    # setup.py's requirements first: a wrong EXTRAS stops here, before anything is compiled
     plugin_reqs = json.loads(subprocess.run([py, "-c", _SETUP_REQUIREMENTS, ROOT, spec["extras"]], check=True,
                                             capture_output=True, text=True).stdout)
     plugin_reqs = [r for r in plugin_reqs if _name(r) != "torch"]
+    torch_index = ["--index-url", os.environ["TORCH_INDEX"]] if os.environ.get("TORCH_INDEX") else []
+    _run(*pip, "install", "-q", *torch_index, os.environ["TORCH_SPEC"])
+    _say(f"2/4 {spec['fairseq']}, compiled for Python {python} against that torch")
+    before = set(work.glob("*.whl"))
+    _run(*pip, "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", work, spec["fairseq"])
+    (fairseq_whl,) = set(work.glob("*.whl")) - before
+    fairseq_reqs = [r for r in _wheel_requirements(fairseq_whl) if _name(r) not in ("torch", "torchaudio")]
     # fairseq's exact pins (hydra-core, omegaconf) hold for everything beside it, as in install.sh
     pins = work / PARTIAL.replace("partial", "pins.txt")
     pins.write_text("".join(r + "\n" for r in fairseq_reqs if "==" in r))
     _say(f"3/4 the wheels of fairseq's requirements (less torch, torchaudio), the plugin's and the extras {spec['extras']}")
-    _run(*pip, "wheel", "-q", "--prefer-binary", "-c", pins, "-w", work, "setuptools", "wheel", *fairseq_reqs, *plugin_reqs)
+    _run(*pip, "wheel", "-q", "--prefer-binary", "-c", pins, *held, "-w", work, "setuptools", "wheel", *fairseq_reqs,
+         *plugin_reqs)
     without_torch = set(_files(work))
     if spec["torch"]:
         _say(f"4/4 {spec['torch']} and its requirements{' from ' + os.environ['TORCH_INDEX'] if torch_index else ''}")
@@ -218,13 +234,13 @@ def _fill(work, out, spec, interpreter, python):
     torch_bytes = sum(v["bytes"] for k, v in files.items() if k not in without_torch)
     manifest = {**spec, "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "made_by": "scripts/install.sh --make-wheelhouse",
                 "requirements": {"fairseq": fairseq_reqs, "plugin": plugin_reqs}, "files": files}
-    (work / PARTIAL).unlink()
     (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    work.rename(out)
+    work.rename(out)  # whole: a kill before this leaves DIR.partial (marked), which the next run starts again
+    (out / PARTIAL).unlink()
     total = sum(v["bytes"] for v in files.values())
     _say(f"done in {time.time() - start:.0f}s: {out}, {len(files)} files, {total / 2**20:.1f} MiB"
          + (f" ({(total - torch_bytes) / 2**20:.1f} MiB without torch and its requirements)" if spec["torch"] else ""))
-    _say(f"on the machine without network: bash scripts/install.sh --wheelhouse {out}")
+    _say(f"on the machine without network: bash scripts/install.sh --wheelhouse {shlex.quote(str(out))}")
     return 0
 
 
@@ -237,6 +253,9 @@ def wheelhouse_check(folder):
                else f"no {MANIFEST}: make one with bash scripts/install.sh --make-wheelhouse DIR")
         return f"[install] error: --wheelhouse {folder} is not a wheelhouse: {why}"
     made = json.loads((folder / MANIFEST).read_text())
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return (f"[install] error: --wheelhouse {folder} holds wheels for {made['platform']}; "
+                f"this is {sys.platform} {platform.machine()}")
     here = "%d.%d" % sys.version_info[:2]
     if made["python"] != here:
         return (f"[install] error: --wheelhouse {folder} was made for Python {made['python']}, this is {here}: "
@@ -248,7 +267,8 @@ def wheelhouse_check(folder):
     print("torch", made["torch"] or "-")
     print("fairseq", made["fairseq"])
     print("extras", made["extras"])
-    print("made", made["made"].replace(" ", "_"))
+    print("made", made["made"])
+    print("uri", folder.resolve().as_uri())
     return 0
 
 

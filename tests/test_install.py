@@ -271,7 +271,7 @@ def test_an_offline_install_from_a_wheelhouse(tmp_path):
     """--make-wheelhouse on this (connected) machine, then --wheelhouse into a fresh venv that has
     torch alone, with every package index unreachable: the plugin installs, imports, and its fast
     tests of the models, the tokenisers and the scores pass there."""
-    house = tmp_path / "wheelhouse"
+    house = tmp_path / "wheel house"  # a blank in the path: pip splits PIP_FIND_LINKS at blanks
     make = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(house)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=900,
                           env={**os.environ, "PYTHON": sys.executable})
@@ -295,7 +295,8 @@ def test_an_offline_install_from_a_wheelhouse(tmp_path):
     # the machine without network: a fresh venv with torch alone, and a copy of the checkout
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={md.version('torch')}"],
+    torch_version = md.version("torch").split("+")[0]  # (a local label such as +cpu is not on PyPI)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={torch_version}"],
                    check=True, timeout=600)
     checkout = tmp_path / "checkout"
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
@@ -308,7 +309,7 @@ def test_an_offline_install_from_a_wheelhouse(tmp_path):
                          capture_output=True, text=True, env=env, timeout=120)
     assert dry.returncode == 0, dry.stderr
     planned = [line for line in dry.stdout.splitlines() if line.startswith(("export ", "python "))]
-    assert planned[0] == f"export PIP_NO_INDEX=1 PIP_FIND_LINKS={house}"  # before any pip command
+    assert planned[0] == f"export PIP_NO_INDEX=1 PIP_FIND_LINKS={house.as_uri()}"  # before any pip command
     assert "torch 2" in dry.stdout and "is installed: kept" in dry.stdout
     assert "python -m pip install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1" in planned
 
@@ -333,3 +334,43 @@ def test_an_offline_install_from_a_wheelhouse(tmp_path):
     damaged = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house)], cwd=checkout,
                              capture_output=True, text=True, env=env, timeout=120)
     assert damaged.returncode == 1 and "missing or changed since it was made: sacremoses-" in damaged.stderr
+
+
+def test_a_wheelhouse_that_does_not_fit_is_refused_before_any_change(tmp_path):
+    """--wheelhouse checks its manifest first: made for another Python, other extras, another
+    fairseq or torch than asked for, a missing file, or no manifest at all (an unfinished one)."""
+    env = _bare_venv(tmp_path, torch="2.13.0")
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "a-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    here = "%d.%d" % sys.version_info[:2]
+    made = {"python": here, "platform": "linux-x86_64", "torch": None, "fairseq": "fairseq-fixed==0.12.3.1",
+            "extras": "test,logging", "constraints": None, "made": "2026-11-26 00:00:00 UTC",
+            "files": {"a-1.0-py3-none-any.whl": {"bytes": 5, "sha256": hashlib.sha256(b"wheel").hexdigest()}}}
+
+    def check(manifest, **settings):
+        if manifest is None:
+            (house / "fairseq_csan-wheelhouse.json").unlink(missing_ok=True)
+        else:
+            (house / "fairseq_csan-wheelhouse.json").write_text(json.dumps(manifest))
+        done = install(env, "--wheelhouse", str(house), "--dry-run", **settings)
+        return done.returncode, done.stdout + done.stderr
+
+    code, out = check(made)
+    assert code == 0 and f"PIP_FIND_LINKS={house.as_uri()}" in out and "torch 2.13.0 is installed: kept" in out
+    assert check({**made, "python": "3.7"}) == (1, f"[install] error: --wheelhouse {house} was made for Python 3.7, "
+                                                  f"this is {here}: make one with --make-wheelhouse DIR --python {here}\n")
+    code, out = check(made, EXTRAS="recipes,analysis")
+    assert code == 1 and "EXTRAS=recipes,analysis, but the wheelhouse holds the packages of the extras test,logging" in out
+    code, out = check(made, FAIRSEQ_SPEC="fairseq==0.12.2")
+    assert code == 1 and "FAIRSEQ_SPEC=fairseq==0.12.2, but the wheelhouse holds fairseq-fixed==0.12.3.1" in out
+    code, out = check(made, TORCH_INDEX="https://example.invalid/whl")
+    assert code == 1 and "TORCH_INDEX=https://example.invalid/whl with --wheelhouse" in out
+    code, out = check(made, TORCH_SPEC="torch==2.4.1")
+    assert code == 1 and "TORCH_SPEC=torch==2.4.1 asks for torch, but the wheelhouse holds none" in out
+    code, out = check({**made, "files": {**made["files"], "b-2.0-py3-none-any.whl": {"bytes": 1, "sha256": "0"}}})
+    assert code == 1 and "missing or changed since it was made: b-2.0-py3-none-any.whl" in out
+    code, out = check(None)
+    assert code == 1 and "is not a wheelhouse: no fairseq_csan-wheelhouse.json" in out
+    assert install(env, "--make-wheelhouse", str(house), "--dry-run").returncode == 2  # it installs nothing
+    assert "goes with --make-wheelhouse" in install(env, "--with-torch").stderr

@@ -174,6 +174,29 @@ def test_the_model_sizes():
                      "--decoder-attention-heads": "4", "--decoder-layers": "4", "--dropout": "0.3"}
     assert training_args(8000, "small")[:6] == ["--max-tokens", "4096", "--lr", "0.005", "--warmup-updates", "2000"]
     assert MODELS["small"]["max_update"] == 8000 and MODELS["tiny"]["max_update"] == 1200
+    assert training_args(1000, "small")[5] == "250"  # a shorter run leaves its warm-up
+    assert training_args(300, "tiny")[5] == "300"  # (tiny's settings stay as they were)
+
+
+def test_the_runs_and_the_sweep_train_the_chosen_model(tmp_path, monkeypatch):
+    """--model reaches fairseq-train's flags in every run, the sweep's included."""
+    import argparse
+
+    from fairseq_csan.recipes import multi30k
+
+    commands = []
+    monkeypatch.setattr(multi30k, "call", lambda command, log, env: commands.append(list(map(str, command))))
+    for size in ("tiny", "small"):
+        args = argparse.Namespace(out=tmp_path / size, model=size, max_update=8000, device="cuda")
+        multi30k.main_run(args, tmp_path / "data", "csan2d", 1, {}, {})
+        multi30k.sweep_run(args, tmp_path / "data", "window", 3, {})
+        train = [c for c in commands if c[1].endswith(("train.sh", "sweep.sh"))]
+        assert len(train) == 2
+        for command in train:
+            flags = command[len(command) - command[::-1].index("--"):]  # after the last --: fairseq-train's
+            assert flags[:len(multi30k.MODELS[size]["model"])] == multi30k.MODELS[size]["model"]
+            assert " ".join(multi30k.training_args(8000, size)) in " ".join(flags)
+        commands.clear()
 
 
 def test_prepare_names_the_missing_file_and_where_to_get_it(tmp_path):

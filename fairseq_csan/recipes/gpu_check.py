@@ -282,10 +282,11 @@ def table_rows(text: str) -> List[List[str]]:
     return [row for row in rows[2:]] if len(rows) > 2 else []
 
 
-def paste_ready(args, machine: str, day: str) -> str:
+def paste_ready(args, machine: str, day: str, passed) -> str:
     """The measured tables as the docs' own (README's Results at a glance, docs/speed.md's On a
     GPU, examples/multi30k/README.md's Results), each headed by the device, its software and the
-    date; empty where a table is missing."""
+    date. Only the tables in ``passed`` (the outputs of this plan's steps that passed on this
+    machine) are taken: a table left by a failed step or by another machine is not."""
     where = f"{machine}, {day}"
     if args.rehearse:
         where += "; a REHEARSAL at toy size on the CPU, not figures to publish"
@@ -293,27 +294,27 @@ def paste_ready(args, machine: str, day: str) -> str:
     precision = "fp32" if "fp32" in args.precisions else args.precisions[0]
     train = args.out / f"benchmark_train_{precision}.md"
     readme = ROOT / "README.md"
-    if "benchmark" in args.only and train.is_file() and readme.is_file():
+    if train in passed and readme.is_file():
         ratio = {row[0]: row[3] for row in table_rows(train.read_text(encoding="utf-8")) if len(row) >= 4}
         text = readme.read_text(encoding="utf-8")
         start = text.find("| model | paper BLEU | paper speed |")
         glance = text[start:text.find("\n\n", start)].splitlines() if start >= 0 else []
         if len(glance) > 2 and all(arch in ratio for arch in GLANCE.values()):
-            head = glance[0].rsplit("|", 2)[0] + f"| our speed ({where}, {precision}, [docs/speed.md](docs/speed.md)) |"
+            # one more column beside the CPU's
+            head = glance[0].rstrip() + f" our speed ({where}, {precision}, [docs/speed.md](docs/speed.md)) |"
             body = []
             for row in glance[2:]:
-                cells = row.strip().strip("|").split("|")
-                arch = GLANCE.get(cells[0].strip())
-                body.append("|".join(["", *cells[:-1], f" {float(ratio[arch]):.2f}x " if arch else cells[-1], ""]))
+                arch = GLANCE.get(row.strip().strip("|").split("|")[0].strip())
+                body.append(row.rstrip() + (f" {float(ratio[arch]):.2f}x |" if arch else " |"))
             blocks.append("README.md, Results at a glance (training speed, ratio to the Transformer):\n\n"
-                          + "\n".join([head, glance[1], *body]))
+                          + "\n".join([head, glance[1].rstrip() + "---:|", *body]))
     speed = [args.out / f"benchmark_{mode}_{p}.md" for p in args.precisions for mode in ("train", "decode", "crossover")]
-    speed = [path for path in speed if path.is_file()] if "benchmark" in args.only else []
+    speed = [path for path in speed if path in passed]
     if speed:
         blocks.append(f"docs/speed.md, On a GPU (measured with scripts/gpu_check.sh on {where}):\n\n"
                       + "\n\n".join(path.read_text(encoding="utf-8").rstrip() for path in speed))
     results = args.out / "multi30k" / "results.md"
-    if "multi30k" in args.only and results.is_file():
+    if results in passed:
         blocks.append(f"examples/multi30k/README.md, Results (--model {args.multi30k_model}, scripts/gpu_check.sh on "
                       f"{where}):\n\n" + results.read_text(encoding="utf-8").rstrip())
     return "\n\n".join(blocks)
@@ -402,10 +403,14 @@ def main(argv=None) -> None:
             summary += ["", f"{table}:", table.read_text(encoding="utf-8").rstrip()]
     print("\n" + "\n".join(summary))
     (args.out / "summary.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
-    ready = paste_ready(args, machine, day)
+    outcome = {name: result for name, result, _, _ in results}
+    passed = {path for step in steps if outcome.get(step.name) == "passed" for path in step.outputs}
+    ready = paste_ready(args, machine, day, passed)
     if ready:  # the same tables, as the docs lay them out
         (args.out / "paste.md").write_text(ready + "\n", encoding="utf-8")
         say(f"the tables as the docs lay them out, ready to paste: {args.out / 'paste.md'}")
+    elif (args.out / "paste.md").exists():  # an earlier run's, no longer what this one measured
+        (args.out / "paste.md").unlink()
     if any(outcome != "passed" for _, outcome, _, _ in results):
         raise SystemExit(1)
 
