@@ -11,7 +11,7 @@
 #                Linux x86-64 and Python X.Y (--python; default: this one; another is looked for
 #                as pythonX.Y on PATH, then in pyenv's versions); torch only with --with-torch
 #                (TORCH_SPEC, from TORCH_INDEX if set); --constraints FILE holds the wheels to
-#                the target's versions (its `pip freeze`: numpy, a torch module's pins)
+#                the target's versions (its `pip list --format=freeze`: numpy, a torch module's)
 #   TORCH_SPEC   torch requirement, installed where torch is missing (default: torch==2.13.0). Set it,
 #                or TORCH_INDEX, to install torch even where one is installed (that replaces it)
 #   TORCH_INDEX  a package index to take torch from, e.g. PyTorch's CUDA wheel index on a GPU

@@ -97,6 +97,8 @@ def program_of(parts):
     """The program a command runs and the words after it, or None for a shell built-in."""
     if parts[:1] == ["bash"]:
         return ("bash", parts[1]), parts[2:]
+    if parts[:3] == ["python", "-m", "pip"] and len(parts) > 3:  # pip's options are its subcommand's
+        return ("python", "-m", "pip", parts[3]), parts[4:]
     if parts[:2] == ["python", "-m"]:
         return ("python", "-m", parts[2]), parts[3:]
     if parts[:1] == ["python"] and parts[1].endswith(".py"):
