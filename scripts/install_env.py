@@ -245,8 +245,8 @@ def _fill(work, out, spec, interpreter, python, constraints):
 
 
 def wheelhouse_check(folder):
-    """Exit 0 and print 'torch SPEC' (or 'torch -') and 'extras E' where FOLDER is a complete
-    wheelhouse for this Python; otherwise say what is wrong."""
+    """Where FOLDER is a complete wheelhouse for this Python and machine, print what it holds
+    ('KEY VALUE' lines: torch, fairseq, extras, made, uri) and exit 0; otherwise say what is wrong."""
     folder = Path(folder)
     if not (folder / MANIFEST).is_file():
         why = ("its --make-wheelhouse did not finish (" + PARTIAL + " is there)" if (folder / PARTIAL).exists()
@@ -276,4 +276,4 @@ if __name__ == "__main__":
     # (run as a file: sys.path has scripts/, not the current folder and its fairseq_csan.egg-info)
     command, args = sys.argv[1], sys.argv[2:]
     sys.exit({"probe": probe, "fairseq-deps": fairseq_deps, "pins": pins, "imports": imports,
-                      "make-wheelhouse": make_wheelhouse, "wheelhouse-check": wheelhouse_check}[command](*args))
+              "make-wheelhouse": make_wheelhouse, "wheelhouse-check": wheelhouse_check}[command](*args))

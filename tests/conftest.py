@@ -77,10 +77,16 @@ def ende(tmp_path_factory):
     return {"work": work, "raw": raw, "out": out, "first": first, "wmt": wmt}
 
 
-def _snapshot(folder):
-    """Every file under ``folder`` with its size and modification time."""
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+def snapshot(*roots):
+    """Every file under ``roots``: its content hash and modification time."""
+    import hashlib
+
+    found = {}
+    for root in roots:
+        for path in sorted(Path(root).rglob("*")):
+            if path.is_file():
+                found[str(path)] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -93,9 +99,9 @@ def tiny_task(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny_task")
     task, checkpoint = trained_task(root)
-    before = _snapshot(root)
+    before = snapshot(root)
     yield {"task": task, "checkpoint": checkpoint}
-    assert _snapshot(root) == before, "a test changed the shared tiny_task fixture; copy it first"
+    assert snapshot(root) == before, "a test changed the shared tiny_task fixture; copy it first"
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ user's files that a command once deleted or mixed up, as its user would meet it;
 property test: no command, refused under any of these flags or run to the end, changes a file
 it did not write."""
 
-import hashlib
 import os
 import re
 import shutil
@@ -16,23 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, shared_corpus
+from conftest import REPO, shared_corpus, snapshot
 from recipe_helpers import hold_lock, lines, run, write
 
 from fairseq_csan.recipes import ownership
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
 from fairseq_csan.recipes.evaluate import OUTPUTS
 from fairseq_csan.recipes.ownership import Refusal, WriterLock, foreign_files, overlap, refuse_overlaps
-
-
-def snapshot(*roots):
-    """Every file under ``roots``: its content hash and modification time."""
-    found = {}
-    for root in roots:
-        for path in sorted(Path(root).rglob("*")):
-            if path.is_file():
-                found[str(path)] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
-    return found
 
 
 # ---------------------------------------------------------------- the rules, on their own

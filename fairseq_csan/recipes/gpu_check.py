@@ -279,7 +279,7 @@ def table_rows(text: str) -> List[List[str]]:
     """The cells of a Markdown table's body rows."""
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines()
             if line.startswith("|")]
-    return [row for row in rows[2:]] if len(rows) > 2 else []
+    return rows[2:]
 
 
 def paste_ready(args, machine: str, day: str, passed) -> str:
