@@ -143,3 +143,29 @@ def test_a_warm_start_takes_the_shared_weights_and_says_so(saved, loaded, caplog
     was = "a model without our settings (fairseq's own)" if saved[0] == "transformer" else f"--arch {saved[0]}"
     assert f"warm start from pretrained.pt ({was}) into --arch {loaded[0]}" in caplog.text
     assert not variant_transformer._WARM_STARTS
+
+
+@pytest.mark.parametrize("arch,flag,value", [("transformer_csan1d", "csan_window", 11),
+                                             ("transformer_csan2d", "csan_heads", 3),
+                                             ("transformer_relpos", "relpos_tables", "per-head")])
+def test_a_checkpoint_saved_before_a_flag_existed_loads_as_the_model_it_was(arch, flag, value):
+    """A variant's new flag comes with the default that computes what the model computed before:
+    a checkpoint without that setting loads into a model with the default, and is refused, naming
+    the flag, by one built with another value."""
+    import json
+
+    from fairseq_csan.models.variant_transformer import _decode, _encode
+
+    source, _, _ = build_model(arch, TINY)
+    state = source.state_dict()
+    saved = _decode(state[source.SETTINGS_KEY])
+    assert saved["settings"][flag] == value
+    del saved["settings"][flag]  # as a checkpoint written before the flag was added
+    state[source.SETTINGS_KEY] = _encode(saved["settings"], saved["arch"])
+    target, _, _ = build_model(arch, TINY)
+    target.load_state_dict(state, strict=True)
+    assert json.loads(bytes(target.state_dict()[target.SETTINGS_KEY].tolist()).decode())["settings"][flag] == value
+    other = {"csan_window": "5", "csan_heads": "1", "relpos_tables": "shared"}[flag]
+    changed, _, _ = build_model(arch, TINY + [f"--{flag.replace('_', '-')}", other])
+    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} {value} \\(checkpoint\\) vs {other}"):
+        changed.load_state_dict(state, strict=True)

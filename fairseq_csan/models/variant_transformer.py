@@ -242,6 +242,21 @@ def model_settings(args) -> dict:
     return {flag: getattr(args, flag, None) for flag in flags}
 
 
+def _completed(saved: dict, ours: dict) -> dict:
+    """A checkpoint's settings with each flag it predates (one this build keeps, the checkpoint
+    does not) at the value its variant declares as default: a flag is added with the default
+    that computes what the model computed before it existed, so an older checkpoint is the
+    model it was."""
+    settings = dict(saved["settings"])
+    variant = settings.get("encoder_self_attention")
+    if variant in SELF_ATTENTION_VARIANTS:
+        declared = variant_defaults(get_self_attention(variant), big=str(saved.get("arch") or "").endswith("_big"))
+        for flag in ours:
+            if flag not in settings and flag in declared:
+                settings[flag] = declared[flag]
+    return settings
+
+
 def _encode(settings: dict, arch) -> torch.Tensor:
     text = json.dumps({"arch": arch, "settings": settings}, sort_keys=True)
     return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
@@ -367,6 +382,8 @@ class VariantTransformerModel(TransformerModel):
         key = f"{name}.{self.SETTINGS_KEY}" if name else self.SETTINGS_KEY
         ours = _decode(getattr(self, self.SETTINGS_KEY))
         theirs = _decode(state_dict[key]) if key in state_dict else None
+        if theirs is not None:
+            theirs["settings"] = _completed(theirs, ours["settings"])
         differ = [] if theirs is None else [
             f for f in sorted(set(ours["settings"]) | set(theirs["settings"]))
             if ours["settings"].get(f) != theirs["settings"].get(f)]
@@ -385,6 +402,8 @@ class VariantTransformerModel(TransformerModel):
                 + ". Resume with the checkpoint's settings, or train into a new --save-dir (to start from "
                 "its weights on purpose: fairseq-train --finetune-from-model CHECKPOINT)."
             )
+        # the same model: its settings as this build writes them (a flag it predates, filled in)
+        state_dict[key] = getattr(self, self.SETTINGS_KEY).clone()
 
     def _take_shared_weights(self, state_dict, name, theirs, differ):
         """A warm start: the parameters both models have are taken from the checkpoint; this
