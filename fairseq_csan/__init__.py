@@ -10,6 +10,14 @@ filtered (``quiet``).
 __version__ = "0.1.0"
 
 import logging
+import os
+
+
+def user_dir() -> str:
+    """The folder to give fairseq's --user-dir: this package's, wherever it is installed (the
+    one place the kit computes it)."""
+    return os.path.dirname(os.path.abspath(__file__))
+
 
 from .quiet import filter_known_warnings  # noqa: E402
 

@@ -10,12 +10,9 @@ usage:
 """
 
 import argparse
-import os
 import sys
 
-
-def user_dir() -> str:
-    return os.path.dirname(os.path.abspath(__file__))
+from . import user_dir
 
 
 def variant(arch: str) -> str:

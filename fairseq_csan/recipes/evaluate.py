@@ -27,8 +27,9 @@ from .average_checkpoints import average, newest_checkpoints, torch_persistent_s
 from .ownership import Refusal, WriterLock, listing, refuse_overlaps
 from .steps import Step, die_with_parent, make, shell_words
 from .task import NotATask, PreparedTask
+from .. import user_dir
 
-PLUGIN = Path(__file__).resolve().parents[1]  # the fairseq_csan package, for --user-dir
+PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 OUTPUTS = ("averaged.pt", "generate.txt", "generate.log", "hyp.tok", "hyp.detok", "results.json", "results.md")
 
 

@@ -36,8 +36,9 @@ from typing import List, Optional
 
 from .steps import shell_words
 from .task import NotATask, PreparedTask
+from .. import user_dir
 
-PLUGIN = Path(__file__).resolve().parents[1]  # the fairseq_csan package, for --user-dir
+PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 HPARAMS = Path(__file__).with_name("hparams.json")
 BIG_ARCHS = ("transformer_vaswani_wmt_en_de_big",)
 
@@ -385,8 +386,8 @@ def with_overrides(command: List[str], extra: List[str]) -> List[str]:
 def check_tools(opts: dict, plan: dict) -> None:
     """What a real run needs beyond the options (not checked by --dry-run)."""
     if opts["tensorboard"] and not can_import("torch.utils.tensorboard"):
-        raise Refused(f"--tensorboard needs TensorBoard: pip install -e '{PLUGIN.parent}[logging]' "
-                      "(scripts/install.sh installs it)")
+        raise Refused("--tensorboard needs TensorBoard: pip install 'tensorboard>=2.10' tensorboardX (the "
+                      "logging extra; scripts/install.sh installs it)")
     if opts["wandb"] and not can_import("wandb"):
         raise Refused("--wandb needs the wandb package: pip install wandb")
     if plan["launcher"] == "slurm":
