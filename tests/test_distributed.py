@@ -10,6 +10,7 @@ See docs/distributed.md.
 
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -197,16 +198,25 @@ def test_two_machines_reach_the_parameters_of_two_processes_on_one(data_bin, uni
     """Two simulated machines on 127.0.0.1, one process each (torchrun --nnodes 2 --node_rank r,
     through scripts/train.sh --nodes 2), form one world of 2, as two processes on one machine do."""
     port = free_port()
-    nodes = [subprocess.Popen(
-        [str(c) for c in train_sh(data_bin, tmp_path, "--cpu-processes", "1", "--nodes", "2",
-                                  "--node-rank", rank, "--master-addr", "127.0.0.1", "--port", port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment(), cwd=REPO)
-        for rank in ("0", "1")]
+    # each node's output goes to a file (a pipe read only after the other node has ended could
+    # fill up and stall it); each node is its own process group, killed whole if it hangs
+    outputs = [tmp_path.parent / f"{tmp_path.name}.node{rank}.out" for rank in ("0", "1")]
+    nodes = []
+    for rank, output in zip(("0", "1"), outputs):
+        with open(output, "w") as out:
+            nodes.append(subprocess.Popen(
+                [str(c) for c in train_sh(data_bin, tmp_path, "--cpu-processes", "1", "--nodes", "2",
+                                          "--node-rank", rank, "--master-addr", "127.0.0.1", "--port", port)],
+                stdout=out, stderr=subprocess.STDOUT, env=environment(), cwd=REPO, start_new_session=True))
     try:
-        logs = [node.communicate(timeout=TIMEOUT)[0] for node in nodes]
+        for node in nodes:
+            node.wait(timeout=TIMEOUT)
     finally:
         for node in nodes:
-            node.kill()
+            if node.poll() is None:
+                os.killpg(node.pid, signal.SIGKILL)
+        logs = [output.read_text() for output in outputs]
+        print("\n".join(f"--- node {rank}:\n{log[-3000:]}" for rank, log in enumerate(logs)))
     for node, log in zip(nodes, logs):
         assert node.returncode == 0, log[-5000:]
     assert f"torchrun --nnodes 2 --node_rank 1 --master_addr 127.0.0.1 --master_port {port}" in logs[1]

@@ -42,11 +42,39 @@ def test_overlap_names_how_an_output_meets_an_input(tmp_path):
 def test_foreign_files_are_what_the_command_did_not_write(tmp_path):
     write(tmp_path / "raw/train.en", ["a"])
     write(tmp_path / "raw/train.en.tmp", ["half"])  # the temporary of an owned file is owned
+    write(tmp_path / "raw/.train.en.4242.tmp", ["half"])  # write_atomically's, left by a kill
+    write(tmp_path / "raw/.notes.txt.4242.tmp", ["half"])
     write(tmp_path / "raw/notes.txt", ["mine"])
     write(tmp_path / "data-bin/dict.en.txt", ["a 1"])
     (tmp_path / ".lock").write_text("")
     owned = [tmp_path / "raw/train.en", tmp_path / "data-bin"]
-    assert foreign_files(tmp_path, owned) == [tmp_path / "raw/notes.txt"]
+    assert foreign_files(tmp_path, owned) == [tmp_path / "raw/.notes.txt.4242.tmp", tmp_path / "raw/notes.txt"]
+
+
+def _write_often(path, text, times):
+    for _ in range(times):
+        ownership.write_atomically(path, text)
+
+
+def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
+    """The machines of a multi-node training each write its run.env into one save folder: with
+    one shared temporary name, one machine's rename found the other's already gone and it
+    stopped, leaving the other waiting for it. Each writer's whole file lands; none is lost."""
+    import multiprocessing
+
+    target = tmp_path / "run.env"
+    texts = ["arch=a\n" * 50, "arch=b\n" * 50]
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_write_often, args=(target, text, 300)) for text in texts]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert [w.exitcode for w in writers] == [0, 0]
+    assert target.read_text() in texts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.env"]  # no temporary left
+    ownership.write_atomically(target, b"bytes\n")
+    assert target.read_bytes() == b"bytes\n"
 
 
 def test_a_second_writer_is_refused_naming_the_first(tmp_path):

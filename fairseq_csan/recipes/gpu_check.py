@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List
 
+from .ownership import write_atomically
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/test_gpu.py
 STEPS = ("tests", "benchmark", "multi30k")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -206,12 +208,7 @@ def read_record(stamp: Path) -> dict:
 
 
 def write_record(stamp: Path, record: dict) -> None:
-    part = stamp.with_name(stamp.name + ".tmp")
-    with open(part, "w", encoding="utf-8") as out:
-        out.write(json.dumps(record, indent=1) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(part, stamp)
+    write_atomically(stamp, json.dumps(record, indent=1) + "\n")
 
 
 def run_step(step: Step, log: Path, env: dict) -> int:

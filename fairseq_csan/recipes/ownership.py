@@ -24,6 +24,7 @@ import atexit
 import errno
 import fcntl
 import os
+import re
 import socket
 import sys
 import time
@@ -70,7 +71,8 @@ def refuse_overlaps(outputs: Dict[str, object], inputs: Dict[str, object]) -> No
 def foreign_files(folder: Path, owned: Iterable) -> List[Path]:
     """Files under ``folder`` that are not among ``owned`` (paths or folders this command
     wrote; a file inside an owned folder is owned), sorted. The command's lock file and the
-    temporary files of what it owns (``NAME.tmp``, ``NAME.tmp.tmp``) are its own too."""
+    temporary files of what it owns (``NAME.tmp``, ``NAME.tmp.tmp``, ``.NAME.PID.tmp``) are its
+    own too."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -82,6 +84,9 @@ def foreign_files(folder: Path, owned: Iterable) -> List[Path]:
         r = real(path) if not path.is_symlink() else real(path.parent) / path.name
         while r.name.endswith(".tmp"):
             r = r.with_name(r.name[:-len(".tmp")])
+        own = re.fullmatch(r"\.(.+)\.\d+", r.name)  # unique_temporary's .NAME.PID.tmp
+        if own:
+            r = r.with_name(own.group(1))
         if r in mine or any(parent in mine for parent in r.parents) or path.name == ".lock":
             continue
         found.append(path)
@@ -166,9 +171,27 @@ class WriterLock:
 
 
 def unique_temporary(path: Path) -> Path:
-    """A temporary name beside ``path``, its own to this process."""
+    """A temporary name beside ``path``, its own to this process (``.NAME.PID.tmp``)."""
     path = Path(path)
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_atomically(path: Path, data) -> None:
+    """Write ``data`` (str, as UTF-8, or bytes) to ``path`` so that a reader, a kill or a power
+    cut sees the old content or the new, never a part: into :func:`unique_temporary`, flushed
+    to the disk, then renamed over ``path``. Two processes writing the same file at once (the
+    machines of one multi-node training, say) each rename their own whole file."""
+    path = Path(path)
+    part = unique_temporary(path)
+    try:
+        with open(part, "wb") as out:
+            out.write(data.encode("utf-8") if isinstance(data, str) else data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
 
 
 def check_writable(path: Path, flag: str) -> None:

@@ -39,6 +39,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
+from .ownership import write_atomically
+
 CHUNK = 1 << 20
 
 
@@ -121,9 +123,7 @@ class Step:
             known = old.get(kind, {})
             stamp[kind] = {str(p): fingerprint(p, known.get(str(p))) for p in paths}
         self.stamp.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.stamp.with_name(self.stamp.name + ".tmp")
-        tmp.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self.stamp)
+        write_atomically(self.stamp, json.dumps(stamp, indent=1, sort_keys=True) + "\n")
 
     def forget(self) -> None:
         """Remove the stamp and the outputs (before redoing the step)."""

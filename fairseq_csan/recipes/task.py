@@ -23,10 +23,11 @@ Python code uses :class:`PreparedTask`; shell recipes use the command line::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Dict
+
+from .ownership import write_atomically
 
 FIELDS = ("task", "src", "tgt", "merges", "joint_bpe", "clean_max_len", "clean_ratio", "tests",
           "tokenizer_src", "tokenizer_tgt")
@@ -118,9 +119,7 @@ class PreparedTask:
             raise NotATask(f"{root} was prepared with other settings (see {env}); use --force to redo it "
                            "or another --out")
         root.mkdir(parents=True, exist_ok=True)
-        tmp = env.with_name(env.name + ".tmp")
-        tmp.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
-        os.replace(tmp, env)
+        write_atomically(env, "".join(f"{k}={v}\n" for k, v in settings.items()))
         return cls(root, settings)
 
 

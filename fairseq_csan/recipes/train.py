@@ -34,6 +34,7 @@ import zipfile
 from pathlib import Path
 from typing import List, Optional
 
+from .ownership import write_atomically
 from .steps import shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
@@ -435,9 +436,8 @@ def write_identity(save: Path, identity: str) -> None:
     env = save / "run.env"
     if env.is_file() and env.read_text(encoding="utf-8").rstrip("\n") != identity:
         raise Refused(f"{save} holds another run (see {env}); give a new --save-dir")
-    tmp = env.with_name(".run.env.tmp")
-    tmp.write_text(identity + "\n", encoding="utf-8")
-    os.replace(tmp, env)
+    # every machine of a multi-node run writes it, into a save folder they may share
+    write_atomically(env, identity + "\n")
 
 
 class Damaged(Exception):
