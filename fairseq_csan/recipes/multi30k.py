@@ -130,13 +130,24 @@ def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=B
     """
     from sacrebleu.metrics import BLEU
 
-    metric = BLEU()  # sacreBLEU's defaults: 13a tokenisation, exponential smoothing
-    # per-sentence sufficient statistics (matches and totals per order, lengths), summed per resample
-    stats_base = [np.array(metric._extract_corpus_statistics(h, [refs]), dtype="float64") for h in baseline_runs]
-    stats_sys = [np.array(metric._extract_corpus_statistics(h, [refs]), dtype="float64") for h in system_runs]
+    # per-sentence sufficient statistics through sacreBLEU's public API: a sentence's score
+    # carries its lengths and n-gram counts (effective order changes only that sentence's own
+    # score, which is not used); a resample's corpus BLEU is compute_bleu of their sums, with
+    # BLEU()'s defaults (13a tokenisation, exponential smoothing)
+    sentence = BLEU(effective_order=True)
+    orders = sentence.max_ngram_order
+
+    def statistics_of(hypotheses):
+        scores = [sentence.sentence_score(h, [r]) for h, r in zip(hypotheses, refs)]
+        return np.array([[s.sys_len, s.ref_len, *s.counts, *s.totals] for s in scores], dtype="float64")
+
+    stats_base = [statistics_of(h) for h in baseline_runs]
+    stats_sys = [statistics_of(h) for h in system_runs]
 
     def score(stats):
-        return metric._compute_score_from_stats(stats.sum(0)).score
+        total = stats.sum(0)
+        return BLEU.compute_bleu(correct=total[2:2 + orders], total=total[2 + orders:], sys_len=int(total[0]),
+                                 ref_len=int(total[1]), smooth_method="exp").score
 
     observed = (statistics.fmean(score(s) for s in stats_sys) - statistics.fmean(score(s) for s in stats_base))
     rng = np.random.default_rng(seed)
