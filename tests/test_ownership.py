@@ -44,11 +44,13 @@ def test_foreign_files_are_what_the_command_did_not_write(tmp_path):
     write(tmp_path / "raw/train.en.tmp", ["half"])  # the temporary of an owned file is owned
     write(tmp_path / "raw/.train.en.4242.tmp", ["half"])  # write_atomically's, left by a kill
     write(tmp_path / "raw/.notes.txt.4242.tmp", ["half"])
+    write(tmp_path / "raw/.train.en.4242", ["a user's"])  # not a temporary: not owned
     write(tmp_path / "raw/notes.txt", ["mine"])
     write(tmp_path / "data-bin/dict.en.txt", ["a 1"])
     (tmp_path / ".lock").write_text("")
     owned = [tmp_path / "raw/train.en", tmp_path / "data-bin"]
-    assert foreign_files(tmp_path, owned) == [tmp_path / "raw/.notes.txt.4242.tmp", tmp_path / "raw/notes.txt"]
+    assert foreign_files(tmp_path, owned) == [tmp_path / "raw/.notes.txt.4242.tmp", tmp_path / "raw/.train.en.4242",
+                                              tmp_path / "raw/notes.txt"]
 
 
 def _write_often(path, text, times):

@@ -85,7 +85,7 @@ def foreign_files(folder: Path, owned: Iterable) -> List[Path]:
         while r.name.endswith(".tmp"):
             r = r.with_name(r.name[:-len(".tmp")])
         own = re.fullmatch(r"\.(.+)\.\d+", r.name)  # unique_temporary's .NAME.PID.tmp
-        if own:
+        if own and path.name.endswith(".tmp"):
             r = r.with_name(own.group(1))
         if r in mine or any(parent in mine for parent in r.parents) or path.name == ".lock":
             continue
