@@ -128,7 +128,7 @@ if [ -z "$CORPUS" ]; then
   # shellcheck disable=SC2086
   else show python -m fairseq_csan.recipes.toy_corpus "$RAW" $TOY_ARGS; fi
   if [ "$SRC" = en ]; then
-    PREPARE=(python -m fairseq_csan.recipes.prepare toy_en_de --joint-bpe 1 --clean-ratio 1.5 --raw-dir "$RAW" --no-download)
+    PREPARE=(python -m fairseq_csan.recipes.prepare toy_en_de --raw-dir "$RAW" --no-download)
   else  # German-English: the toy corpus as your own files
     PREPARE=(python -m fairseq_csan.recipes.prepare files --src de --tgt en --train "$RAW/train" --valid "$RAW/val" --test "$RAW/test")
   fi

@@ -5,6 +5,7 @@ line."""
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -221,9 +222,8 @@ def test_the_commands_shown_in_prepare_sh_are_what_it_runs(ende):
     assert learn in ran and binarise in ran, "\n".join(ran)
 
 
-# the settings examples/<task>/prepare.sh gives before the user's arguments
-PRESETS = {"multi30k_en_de": ["--joint-bpe", "1", "--clean-ratio", "1.5", "--default-merges", "8000"],
-           "wmt14_en_de": ["--joint-bpe", "1", "--clean-ratio", "1.5"]}
+# the presets walked: each takes its settings from corpora.TASKS alone
+PRESETS = {"multi30k_en_de": [], "wmt14_en_de": []}
 
 
 @pytest.mark.parametrize("task", sorted(PRESETS))
@@ -255,3 +255,19 @@ def test_every_option_changes_the_preparation_or_is_refused(task, ende, tmp_path
     refused = plan(["--out", out])[1]
     assert refused and "was prepared with other settings" in refused, refused
     assert plan(["--out", out, "--force"])[1] is None
+
+
+def test_each_preset_keeps_the_settings_its_prepare_sh_gave():
+    """The settings that examples/<task>/prepare.sh passed as flags until they moved into
+    corpora.TASKS: the same for every preset, with or without the door."""
+    from fairseq_csan.recipes import prepare as preparer
+
+    given = {"wmt14_en_de": (1, 1.5, 32000, None), "wmt17_zh_en": (0, 9.0, 32000, None),
+             "wat17_ja_en": (0, 9.0, 32000, None), "toy_en_de": (1, 1.5, 32000, None),
+             "multi30k_en_de": (1, 1.5, 8000, Path("data/multi30k_raw"))}
+    assert sorted(given) == sorted(preparer.corpora.TASKS)
+    for task, (joint, ratio, merges, raw) in given.items():
+        args = preparer.parse([task])
+        assert (args.joint_bpe, args.clean_ratio, args.clean_max_len, args.default_merges, args.default_raw) == (
+            joint, ratio, 250, merges, raw), task
+    assert preparer.parse(["wmt14_en_de", "--clean-ratio", "2"]).clean_ratio == 2.0  # still settable

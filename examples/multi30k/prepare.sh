@@ -5,8 +5,7 @@
 # data/multi30k_raw (where the README unpacks them), or from --raw-dir (or $MULTI30K).
 # See examples/multi30k/README.md; --help lists the options.
 set -euo pipefail
-# the task's settings: one BPE model and one dictionary for English and German;
+# the task's settings, kept in its preset (fairseq_csan/recipes/corpora.py): one BPE model and one dictionary for English and German;
 # 8000 merges for 29K pairs
 # (the steps, and the commands they run, are printed as they run; --help lists the options)
-exec python -m fairseq_csan.recipes.prepare multi30k_en_de --joint-bpe 1 --clean-ratio 1.5 \
-  --default-raw data/multi30k_raw --default-merges 8000 --default-merges-why ", for 29K training pairs" "$@"
+exec python -m fairseq_csan.recipes.prepare multi30k_en_de "$@"

@@ -10,6 +10,6 @@
 #   6. fairseq-preprocess --source-lang ja --target-lang en --trainpref bpe/train \
 #        --validpref bpe/valid --testpref bpe/test --destdir data-bin --workers N
 set -euo pipefail
-# the task's settings: different scripts: one BPE model and one dictionary per language;
+# the task's settings, kept in its preset (fairseq_csan/recipes/corpora.py): different scripts: one BPE model and one dictionary per language;
 # clean-corpus-n.perl's default ratio 9: MeCab words and English words differ in count
-exec python -m fairseq_csan.recipes.prepare wat17_ja_en --joint-bpe 0 --clean-ratio 9 "$@"
+exec python -m fairseq_csan.recipes.prepare wat17_ja_en "$@"

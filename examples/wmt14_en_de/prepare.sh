@@ -18,5 +18,5 @@
 #        --validpref bpe/valid --testpref bpe/test --destdir data-bin --joined-dictionary --workers N
 # (N is the --workers option.)
 set -euo pipefail
-# the task's settings: one BPE model and one dictionary for English and German
-exec python -m fairseq_csan.recipes.prepare wmt14_en_de --joint-bpe 1 --clean-ratio 1.5 "$@"
+# the task's settings, kept in its preset (fairseq_csan/recipes/corpora.py): one BPE model and one dictionary for English and German
+exec python -m fairseq_csan.recipes.prepare wmt14_en_de "$@"

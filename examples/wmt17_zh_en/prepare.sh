@@ -11,6 +11,6 @@
 #   6. fairseq-preprocess --source-lang zh --target-lang en --trainpref bpe/train \
 #        --validpref bpe/valid --testpref bpe/test --destdir data-bin --workers N
 set -euo pipefail
-# the task's settings: different scripts: one BPE model and one dictionary per language;
+# the task's settings, kept in its preset (fairseq_csan/recipes/corpora.py): different scripts: one BPE model and one dictionary per language;
 # clean-corpus-n.perl's default ratio 9: jieba words and English words differ in count
-exec python -m fairseq_csan.recipes.prepare wmt17_zh_en --joint-bpe 0 --clean-ratio 9 "$@"
+exec python -m fairseq_csan.recipes.prepare wmt17_zh_en "$@"

@@ -62,6 +62,15 @@ class Task:
     raw_env: str = ""  # the environment variable that may name the raw folder (presets)
     note: str = ""
     name: str = ""
+    # a preset's preparation (prepare.py): BPE learnt on both languages together (1) or on each
+    # (0, for the segmented languages, whose scripts share little with English); training
+    # pairs whose length ratio exceeds clean_ratio are dropped (9 where one side is segmented
+    # into characters' worth of words); the BPE merges and raw folder unless given
+    joint_bpe: int = 1
+    clean_ratio: float = 1.5
+    merges: int = 32000
+    merges_why: str = ", as the papers"
+    default_raw: str = ""  # "": OUT/downloads
 
 
 def _aspec(name, path, ja_field, en_field):
@@ -130,6 +139,8 @@ TASKS = {
         src="zh",
         tgt="en",
         raw_env="WMT17_RAW",
+        joint_bpe=0,
+        clean_ratio=9.0,
         note="WMT17 Zh-En: News Commentary v12 downloads by itself; the UN and CWMT corpora "
         "need a registration or a manual download (see " + WMT17_PAGE + ").",
         splits={
@@ -181,6 +192,9 @@ TASKS = {
         src="en",
         tgt="de",
         raw_env="MULTI30K",
+        merges=8000,
+        merges_why=", for 29K training pairs",
+        default_raw="data/multi30k_raw",
         note="Multi30k En-De (Elliott et al. 2016), task 1: the raw, untokenised files of "
         "github.com/multi30k/dataset, data/task1/raw, gunzipped; a small task for the "
         "examples/multi30k reproduction.",
@@ -202,6 +216,8 @@ TASKS = {
         src="ja",
         tgt="en",
         raw_env="ASPEC_JE",
+        joint_bpe=0,
+        clean_ratio=9.0,
         note="WAT17 Ja-En: ASPEC-JE train-1 + train-2 (2M pairs, as Morishita et al. 2017), "
         "dev and test, from the user's licensed copy.",
         splits={

@@ -1,7 +1,9 @@
 """Prepare a task: raw corpora -> tokenised -> cleaned -> BPE -> fairseq-preprocess.
 
-``examples/<task>/prepare.sh`` runs this with the task's settings (joint BPE or not, the
-cleaning ratio, the default merges); see docs/recipes.md. The steps, each recorded in
+A preset task (``python -m fairseq_csan.recipes.prepare wmt14_en_de``, or its door
+``examples/<task>/prepare.sh``) takes its settings (joint BPE or not, the cleaning ratio, the
+default merges and raw folder) from ``corpora.TASKS``; ``files`` takes a user's corpus; see
+docs/recipes.md. The steps, each recorded in
 ``OUT/.steps/`` with the settings and content hashes it was made from (steps.py), so that a
 rerun skips what is current and redoes, saying why, what was made from other inputs::
 
@@ -142,27 +144,25 @@ def parse(argv=None):
 
 
 def parse_preset(argv):
-    # the task's settings, given by examples/<task>/prepare.sh before the user's arguments
+    # the task's own settings (corpora.TASKS), which the hidden flags may override
     task_args = argparse.ArgumentParser(add_help=False)
     task_args.add_argument("task", choices=sorted(corpora.TASKS), help=argparse.SUPPRESS)
-    task_args.add_argument("--joint-bpe", type=int, choices=(0, 1), required=True, help=argparse.SUPPRESS)
-    task_args.add_argument("--clean-ratio", type=float, required=True, help=argparse.SUPPRESS)
-    task_args.add_argument("--clean-max-len", type=int, default=250, help=argparse.SUPPRESS)
-    task_args.add_argument("--default-merges", type=int, default=32000, help=argparse.SUPPRESS)
-    task_args.add_argument("--default-merges-why", default=", as the papers", help=argparse.SUPPRESS)
-    task_args.add_argument("--default-raw", type=Path, help=argparse.SUPPRESS)
     known, _ = task_args.parse_known_args(argv)
     spec = corpora.TASKS[known.task]
+    task_args.add_argument("--joint-bpe", type=int, choices=(0, 1), default=spec.joint_bpe, help=argparse.SUPPRESS)
+    task_args.add_argument("--clean-ratio", type=float, default=spec.clean_ratio, help=argparse.SUPPRESS)
+    task_args.add_argument("--clean-max-len", type=int, default=250, help=argparse.SUPPRESS)
     p = argparse.ArgumentParser(prog=f"prepare.sh ({known.task})", parents=[task_args],
                                 description="Prepare the task's corpora for fairseq (docs/recipes.md).")
-    default_raw = f"${spec.raw_env} if set, else {known.default_raw or 'OUT/downloads'}"
+    default_raw = f"${spec.raw_env} if set, else {spec.default_raw or 'OUT/downloads'}"
     p.add_argument("--raw-dir", type=Path, metavar="DIR",
                    help=f"folder holding the raw corpora, or receiving the downloads (default: {default_raw})")
-    _common(p, f"data/{known.task}", f"{known.default_merges}{known.default_merges_why}")
+    _common(p, f"data/{known.task}", f"{spec.merges}{spec.merges_why}")
     p.add_argument("--no-download", action="store_true", help="never download; stop with a message when a corpus is missing")
     p.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
     args = p.parse_args(argv)
     args.spec = spec
+    args.default_merges, args.default_raw = spec.merges, Path(spec.default_raw) if spec.default_raw else None
     if args.list:
         given = [flag for flag, value in (("--raw-dir", args.raw_dir), ("--out", args.out), ("--merges", args.merges),
                                           ("--workers", args.workers), ("--no-download", args.no_download),
