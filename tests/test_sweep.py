@@ -1,4 +1,6 @@
-"""scripts/sweep.sh, the window and area sweep (CSAN Fig. 2), and its plot."""
+"""scripts/sweep.sh (fairseq_csan/recipes/sweep.py), the window and area sweep (CSAN Fig. 2), and its plot."""
+
+import sys
 
 import pytest
 
@@ -45,7 +47,7 @@ def test_a_second_sweep_of_a_run_is_refused_and_other_points_share_the_out(tmp_p
                     "--cpu-tiny"], check=False)
         assert done.returncode == 2 and f"{out}/csan1d_window3 is being written by a test writer (pid {holder.pid}" \
             in done.stderr
-        assert sorted(p.name for p in out.iterdir()) == [".csan1d_window3.lock", ".csan1d_window5.lock"]
+        assert sorted(p.name for p in out.iterdir()) == [".csan1d_window3.lock"]  # the holder's; none of its own left
         other = run(["bash", "scripts/sweep.sh", "--data", data, "--out", out, "--windows", "5", "--heads", "",
                      "--cpu-tiny"], check=False)
         assert "is being written" not in other.stderr and "[sweep] csan1d_window5: transformer_csan1d" in other.stderr
@@ -78,4 +80,5 @@ def test_every_option_changes_the_runs_or_is_refused(tmp_path, context):
     listed = plan([])[0].splitlines()
     assert [line.split(":")[0] for line in listed] == [f"csan1d_window{m}" for m in (3, 5, 7, 9, 11, 13, 15)] + [
         f"csan2d_heads{n}" for n in (1, 3, 5, 7)]
-    assert "--csan-window 11 --csan-heads 3 && bash" in listed[8]
+    assert "--csan-window 11 --csan-heads 3 && " in listed[8] and " -m fairseq_csan.recipes.evaluate " in listed[8]
+    assert listed[8].startswith(f"csan2d_heads3: {sys.executable} -m fairseq_csan.recipes.train ")

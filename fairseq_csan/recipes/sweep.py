@@ -1,0 +1,182 @@
+"""The window/area sweep of the CSAN paper's Figure 2 (Yang et al., NAACL 2019): 1D-CSAN for
+each window size M, and 2D-CSAN (window fixed, 11 by default) for each number of heads N, each
+trained with the training recipe (train.py) and scored on the dev set (evaluate.py). Plot it
+with ``python -m fairseq_csan.recipes.analysis.window_sweep --sweep OUT``.
+
+``scripts/sweep.sh`` is its door; ``python -m fairseq_csan.recipes.sweep`` is the same command.
+Every input is checked before any run folder is made (the training options by train.py's own
+planner, as a dry run), and each run folder has one writer: a second sweep of a run is refused
+at once, naming the first, while sweeps of other points may share the --out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+from .ownership import Refusal, WriterLock, write_atomically
+from .steps import shell_words
+
+USAGE = """\
+usage: scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]
+
+  --data DIR        a folder made by examples/*/prepare.sh
+  --out DIR         one folder per run: csan1d_window{M}/ and csan2d_heads{N}/, each with its
+                    checkpoints, its dev-set evaluation (eval/) and sweep.env
+  --windows "M..."  1D window sizes, odd (default "3 5 7 9 11 13 15"; "" for none)
+  --heads "N..."    2D head areas, odd, at most the model's heads (default "1 3 5 7"; "" for none)
+  --window-2d M     the 2D runs' window (default 11, the paper's)
+  --last N          checkpoints to average for each evaluation (default 5)
+  --cpu-tiny        tiny CPU runs (train.sh --cpu-tiny; evaluation on the CPU), for tests
+  --dry-run         print each run's training and evaluation commands, and exit
+Arguments after -- go to scripts/train.sh (e.g. -- --gpus 8 --max-update 20000), and after
+a second -- to fairseq-train. A finished run is not retrained (train.sh resumes it, fairseq stops at once)
+and a finished evaluation is kept.
+"""
+VALUED = {"--data": "data", "--out": "out", "--windows": "windows", "--heads": "heads", "--window-2d": "window_2d",
+          "--last": "last"}
+MAY_BE_EMPTY = ("--windows", "--heads")  # "" leaves that half of the sweep out
+
+
+class Refused(Exception):
+    pass
+
+
+def parse(argv: List[str]) -> dict:
+    opts = dict(data="", out="", windows="3 5 7 9 11 13 15", heads="1 3 5 7", window_2d="11", last="5",
+                tiny=False, dry_run=False, extra=[], given=set())
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in VALUED:
+            if i + 1 >= len(argv) or (argv[i + 1] == "" and arg not in MAY_BE_EMPTY):
+                raise Refused(f"{arg} needs a value")
+            opts[VALUED[arg]] = argv[i + 1]
+            opts["given"].add(arg)
+            i += 2
+        elif arg in ("--cpu-tiny", "--dry-run"):
+            opts["tiny" if arg == "--cpu-tiny" else "dry_run"] = True
+            i += 1
+        elif arg in ("-h", "--help"):
+            print(USAGE, end="")
+            raise SystemExit(0)
+        elif arg == "--":
+            opts["extra"] = argv[i + 1:]
+            break
+        else:
+            print(USAGE, end="", file=sys.stderr)
+            raise Refused(f"unknown argument '{arg}'")
+    return opts
+
+
+def plan(opts: dict) -> List[dict]:
+    """The runs, in order, each with its training and evaluation commands; every input checked
+    first (nothing is written here)."""
+    if not opts["data"] or not opts["out"]:
+        raise Refused("--data and --out are required")
+    windows, heads = opts["windows"].split(), opts["heads"].split()
+    for value in [*windows, *heads, opts["window_2d"]]:
+        if not re.fullmatch(r"[0-9]+", value) or int(value) % 2 != 1:
+            raise Refused(f"window sizes and head areas must be positive odd numbers, got '{value}'")
+    data, out = Path(opts["data"]), Path(opts["out"])
+    if not (data / "recipe.env").is_file() or not (data / "data-bin").is_dir():
+        raise Refused(f"--data {data} is not a prepared task folder (no recipe.env or data-bin/; run "
+                      "examples/*/prepare.sh)")
+    if not re.fullmatch(r"[1-9][0-9]*", opts["last"]):
+        raise Refused(f"--last must be a positive whole number, got '{opts['last']}'")
+    if not windows and not heads:
+        raise Refused('nothing to run: --windows and --heads are both empty')
+    if "--window-2d" in opts["given"] and not heads:
+        raise Refused('--window-2d sets the 2D runs\' window, and --heads "" leaves them out')
+    # train.sh options, then (after a second --) fairseq-train arguments
+    extra = opts["extra"]
+    cut = extra.index("--") if "--" in extra else len(extra)
+    train_args, fairseq_args = list(extra[:cut]), list(extra[cut + 1:])
+    evaluate_args = []
+    if opts["tiny"]:
+        train_args.append("--cpu-tiny")
+        evaluate_args.append("--cpu")
+    check_training(data, out, train_args, fairseq_args)
+
+    runs = [(f"csan1d_window{m}", "window", m, "transformer_csan1d", ["--csan-window", m]) for m in windows]
+    runs += [(f"csan2d_heads{n}", "heads", n, "transformer_csan2d", ["--csan-window", opts["window_2d"], "--csan-heads", n])
+             for n in heads]
+    python = [sys.executable, "-m"]
+    return [dict(name=name, kind=kind, value=value, arch=arch, flags=flags, folder=out / name,
+                 train=[*python, "fairseq_csan.recipes.train", "--data", str(data), "--arch", arch, "--save-dir",
+                        str(out / name / "checkpoints"), *train_args, "--", *fairseq_args, *flags],
+                 evaluate=[*python, "fairseq_csan.recipes.evaluate", "--data", str(data), "--checkpoints",
+                           str(out / name / "checkpoints"), "--out", str(out / name / "eval"), "--subset", "valid",
+                           "--last", opts["last"], "--name", name, *evaluate_args])
+            for name, kind, value, arch, flags in runs]
+
+
+def check_training(data: Path, out: Path, train_args: List[str], fairseq_args: List[str]) -> None:
+    """train.py's own planner, as its --dry-run: a training option it refuses is refused here,
+    before any run folder is made."""
+    from . import train
+
+    shown = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(shown), contextlib.redirect_stderr(shown):
+            train.build(train.parse(["--data", str(data), "--arch", "transformer_csan1d", "--save-dir",
+                                     str(out / "check"), "--dry-run", *train_args, "--", *fairseq_args]))
+    except train.Refused as e:
+        raise Refused(f"scripts/train.sh refuses these options: {e}") from None
+
+
+def run_one(run: dict) -> None:
+    folder = run["folder"]
+    log(f"{run['name']}: {run['arch']} {' '.join(run['flags'])}")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomically(folder / "sweep.env", f"kind={run['kind']}\nvalue={run['value']}\narch={run['arch']}\n"
+                                           f"flags={' '.join(run['flags'])}\n")
+    for what, command, output in (("training", run["train"], "train.out"), ("evaluating", run["evaluate"], "eval.out")):
+        with open(folder / output, "w", encoding="utf-8") as out:
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            tail = (folder / output).read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
+            print("\n".join(tail), file=sys.stderr)
+            raise Refused(f"{what} {run['name']} failed (log: {folder / output})")
+    for line in (folder / "eval" / "results.md").read_text(encoding="utf-8").splitlines():
+        if "tokenised BLEU" in line:
+            print(line, file=sys.stderr)
+
+
+def log(message: str) -> None:
+    print(f"[sweep] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        opts = parse(argv)
+        runs = plan(opts)
+        if opts["dry_run"]:
+            for run in runs:
+                print(f"{run['name']}: {shell_words(run['train'])} && {shell_words(run['evaluate'])}")
+            return
+        # one writer per run folder, every lock taken before any run starts (released, and its
+        # file removed, when this process ends, however it ends)
+        out = Path(opts["out"])
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            for run in runs:
+                WriterLock(run["folder"], folder=False, what="sweep.sh").acquire()
+        except Refusal as e:
+            raise Refused(str(e)) from None
+        for run in runs:
+            run_one(run)
+    except Refused as e:
+        log(f"error: {e}")
+        raise SystemExit(2)
+    log(f"done; plot with: python -m fairseq_csan.recipes.analysis.window_sweep --sweep {opts['out']} --out DIR")
+
+
+if __name__ == "__main__":
+    main()
