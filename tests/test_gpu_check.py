@@ -269,3 +269,15 @@ def test_the_summary_is_ready_to_paste_into_the_docs(tmp_path):
     assert "a REHEARSAL at toy size on the CPU, not figures to publish" in rehearsal.splitlines()[2]
     passed.remove(tmp_path / "benchmark_train_fp32.md")  # its step failed this time: no glance from it
     assert not checker.paste_ready(args, machine, "2026-11-26", passed).startswith("README.md")
+
+
+def test_an_installed_package_without_the_clone_names_the_tests_step(tmp_path, monkeypatch):
+    """Installed from a wheel, the package has no tests/test_gpu.py beside it: the tests step is
+    named before anything runs, and the other steps need no clone."""
+    from fairseq_csan.recipes import gpu_check as checker
+
+    monkeypatch.setattr(checker, "ROOT", tmp_path)
+    args = checker.parse(["--out", str(tmp_path / "o"), "--only", "tests,benchmark"])
+    assert checker.missing_input(args).startswith("--only tests runs the clone's tests/test_gpu.py, and this package "
+                                                  "is installed without one")
+    assert checker.missing_input(checker.parse(["--out", str(tmp_path / "o"), "--only", "benchmark"])) == ""

@@ -190,7 +190,7 @@ def test_the_runs_and_the_sweep_train_the_chosen_model(tmp_path, monkeypatch):
         args = argparse.Namespace(out=tmp_path / size, model=size, max_update=8000, device="cuda")
         multi30k.main_run(args, tmp_path / "data", "csan2d", 1, {}, {})
         multi30k.sweep_run(args, tmp_path / "data", "window", 3, {})
-        train = [c for c in commands if c[1].endswith(("train.sh", "sweep.sh"))]
+        train = [c for c in commands if c[2] in ("fairseq_csan.recipes.train", "fairseq_csan.recipes.sweep")]
         assert len(train) == 2
         for command in train:
             flags = command[len(command) - command[::-1].index("--"):]  # after the last --: fairseq-train's

@@ -51,7 +51,7 @@ from typing import List
 
 from .ownership import write_atomically
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/test_gpu.py
+ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
 PRECISIONS = ("fp32", "fp16", "bf16")
 UNFINISHED = 3  # the exit status of a run stopped by its budget
@@ -185,6 +185,9 @@ def plan(args) -> List[Step]:
 
 def missing_input(args) -> str:
     """The first input a run lacks, or ''."""
+    if "tests" in args.only and not (ROOT / "tests" / "test_gpu.py").is_file():
+        return (f"--only tests runs the clone's tests/test_gpu.py, and this package is installed without one "
+                f"({ROOT / 'tests'}): run gpu_check from a clone, or leave the tests out (--only benchmark,multi30k)")
     if "benchmark" in args.only and args.lengths_from:
         for lang in ("en", "de"):
             if not Path(f"{args.lengths_from}.{lang}").is_file():

@@ -38,9 +38,10 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, write_table
+from .ownership import write_atomically
 from .score import mark
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository checkout: its recipes in scripts/ and examples/
+PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
 DEFAULT_RAW = Path("data/multi30k_raw")  # where the README unpacks Multi30k
 
 SYSTEMS = {  # name in the table -> architecture
@@ -182,14 +183,14 @@ def main_run(args, data, system, seed, env, sharing):
     run.mkdir(parents=True, exist_ok=True)
     started = time.time()
     train, extra, evaluate = hardware(args.device)
-    call(["bash", ROOT / "scripts/train.sh", "--data", data, "--arch", SYSTEMS[system], "--save-dir",
+    call([*PYTHON, "fairseq_csan.recipes.train", "--data", data, "--arch", SYSTEMS[system], "--save-dir",
           run / "checkpoints", *train, "--max-update", str(args.max_update), "--seed", str(seed),
           "--", *MODELS[args.model]["model"], *training_args(args.max_update, args.model), *extra], run / "train.out", env)
     trained = time.time() - started
-    call(["bash", ROOT / "scripts/evaluate.sh", "--data", data, "--checkpoints", run / "checkpoints",
+    call([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", data, "--checkpoints", run / "checkpoints",
           "--out", run / "eval", *evaluate, "--last", "5", "--name", system],
          run / "eval.out", env)
-    (run / "timing.json").write_text(json.dumps({"train_s": trained, "total_s": time.time() - started, **sharing}) + "\n")
+    write_atomically(run / "timing.json", json.dumps({"train_s": trained, "total_s": time.time() - started, **sharing}) + "\n")
     (run / "done").write_text("")
     return run, time.time() - started
 
@@ -204,7 +205,7 @@ def sweep_run(args, data, kind, value, env):
     started = time.time()
     train, extra, _ = hardware(args.device)
     sweep_mode = ["--cpu-tiny", "--"] if args.device == "cpu" else ["--", *train]  # sweep.sh's --cpu-tiny or train.sh's
-    call(["bash", ROOT / "scripts/sweep.sh", "--data", data, "--out", folder,
+    call([*PYTHON, "fairseq_csan.recipes.sweep", "--data", data, "--out", folder,
           "--windows", str(value) if kind == "window" else "", "--heads", str(value) if kind == "heads" else "",
           *sweep_mode, "--max-update", str(args.max_update), "--seed", "1", "--", *MODELS[args.model]["model"],
           *training_args(args.max_update, args.model), *extra],
@@ -467,10 +468,10 @@ def main(argv=None):
 
     started = time.time()
     data = (args.out / "data").resolve()
-    prepare = ["bash", ROOT / "examples/multi30k/prepare.sh", "--out", data, "--merges", str(args.merges), "--no-download"]
+    prepare = [*PYTHON, "fairseq_csan.recipes.prepare", "multi30k_en_de", "--out", data, "--merges", str(args.merges), "--no-download"]
     if args.raw_dir:
         prepare += ["--raw-dir", args.raw_dir]
-    log("preparing the data (examples/multi30k/prepare.sh)")
+    log("preparing the data (the multi30k_en_de preset of fairseq_csan.recipes.prepare, as examples/multi30k/prepare.sh)")
     if subprocess.run(prepare).returncode != 0:
         raise SystemExit("multi30k: data preparation failed (see above)")
     run_all(args, data)
