@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shared_corpus
+
 REPO = Path(__file__).resolve().parents[1]
 
 # the user's environment: fairseq 0.12.2's declared requirements, torchaudio pinned to its torch
@@ -266,31 +268,29 @@ def _offline_env(venv: Path, home: Path):
     return env
 
 
-@pytest.mark.slow
-def test_an_offline_install_from_a_wheelhouse(tmp_path):
-    """--make-wheelhouse on this (connected) machine, then --wheelhouse into a fresh venv that has
-    torch alone, with every package index unreachable: the plugin installs, imports, and its fast
-    tests of the models, the tokenisers and the scores pass there."""
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory):
+    """--make-wheelhouse on this (connected) machine (twice, and into a user's folder), then
+    --wheelhouse into a fresh venv that has torch alone, with every package index unreachable;
+    what each command said, for the tests below to check."""
+    tmp_path = tmp_path_factory.mktemp("offline")
     house = tmp_path / "wheel house"  # a blank in the path: pip splits PIP_FIND_LINKS at blanks
-    make = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(house)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=900,
-                          env={**os.environ, "PYTHON": sys.executable})
-    assert make.returncode == 0, make.stdout[-3000:] + make.stderr[-3000:]
-    manifest = json.loads((house / "fairseq_csan-wheelhouse.json").read_text())
-    here = "%d.%d" % sys.version_info[:2]
-    assert manifest["python"] == here and manifest["torch"] is None and manifest["extras"] == "test,logging"
-    assert not list(house.glob("torch-*")) and list(house.glob("fairseq_fixed-0.12.3.1-*.whl"))
-    assert sorted(p.name for p in house.iterdir()) == sorted([*manifest["files"], "fairseq_csan-wheelhouse.json"])
-    again = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(house)],
-                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})
-    assert again.returncode == 0 and "is already this wheelhouse" in again.stdout  # a rerun is a no-op
+    made = {}
+    made["make"] = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(house)],
+                                  capture_output=True, text=True, cwd=tmp_path, timeout=900,
+                                  env={**os.environ, "PYTHON": sys.executable})
+    if made["make"].returncode != 0:
+        return dict(made, house=house)
+    made["again"] = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(house)],
+                                   capture_output=True, text=True, timeout=300,
+                                   env={**os.environ, "PYTHON": sys.executable})
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("a user's file\n")
-    refused = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(busy)],
-                             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHON": sys.executable})
-    assert refused.returncode == 1 and "exists and is not empty" in refused.stderr
-    assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+    made["busy"] = busy
+    made["refused"] = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--make-wheelhouse", str(busy)],
+                                     capture_output=True, text=True, timeout=120,
+                                     env={**os.environ, "PYTHON": sys.executable})
 
     # the machine without network: a fresh venv with torch alone, and a copy of the checkout
     venv = tmp_path / "venv"
@@ -305,16 +305,38 @@ def test_an_offline_install_from_a_wheelhouse(tmp_path):
             (checkout / name).parent.mkdir(parents=True, exist_ok=True)
             (checkout / name).write_bytes((REPO / name).read_bytes())
     env = _offline_env(venv, tmp_path / "home")
-    dry = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house), "--dry-run"], cwd=checkout,
-                         capture_output=True, text=True, env=env, timeout=120)
+    made["dry"] = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house), "--dry-run"], cwd=checkout,
+                                 capture_output=True, text=True, env=env, timeout=120)
+    made["done"] = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house)], cwd=checkout,
+                                  capture_output=True, text=True, env=env, timeout=900)
+    return dict(made, house=house, venv=venv, env=env, checkout=checkout, tmp=tmp_path)
+
+
+@pytest.mark.slow
+def test_an_offline_install_from_a_wheelhouse(offline):
+    """The wheelhouse is made (a rerun is a no-op, a user's folder is refused), and installs into
+    the venv without network: the plugin imports, and its fast tests of the models, the
+    tokenisers and the scores pass there; what cannot be installed offline is named."""
+    make, house = offline["make"], offline["house"]
+    assert make.returncode == 0, make.stdout[-3000:] + make.stderr[-3000:]
+    manifest = json.loads((house / "fairseq_csan-wheelhouse.json").read_text())
+    here = "%d.%d" % sys.version_info[:2]
+    assert manifest["python"] == here and manifest["torch"] is None and manifest["extras"] == "test,logging"
+    assert not list(house.glob("torch-*")) and list(house.glob("fairseq_fixed-0.12.3.1-*.whl"))
+    assert sorted(p.name for p in house.iterdir()) == sorted([*manifest["files"], "fairseq_csan-wheelhouse.json"])
+    again = offline["again"]
+    assert again.returncode == 0 and "is already this wheelhouse" in again.stdout  # a rerun is a no-op
+    refused = offline["refused"]
+    assert refused.returncode == 1 and "exists and is not empty" in refused.stderr
+    assert [p.name for p in offline["busy"].iterdir()] == ["keep.txt"]
+
+    dry, env, checkout = offline["dry"], offline["env"], offline["checkout"]
     assert dry.returncode == 0, dry.stderr
     planned = [line for line in dry.stdout.splitlines() if line.startswith(("export ", "python "))]
     assert planned[0] == f"export PIP_NO_INDEX=1 PIP_FIND_LINKS={house.as_uri()}"  # before any pip command
     assert "torch 2" in dry.stdout and "is installed: kept" in dry.stdout
     assert "python -m pip install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1" in planned
-
-    done = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house)], cwd=checkout,
-                          capture_output=True, text=True, env=env, timeout=900)
+    done = offline["done"]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "offline: every package from the wheelhouse" in done.stdout and "[install] ok: torch" in done.stdout
     tests = subprocess.run(["python", "-m", "pytest", "tests/test_models.py", "tests/test_text.py",
@@ -323,6 +345,7 @@ def test_an_offline_install_from_a_wheelhouse(tmp_path):
     assert tests.returncode == 0 and " passed" in tests.stdout, tests.stdout[-3000:] + tests.stderr[-3000:]
 
     # what cannot be installed offline is named before anything changes
+    tmp_path = offline["tmp"]
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
     no_torch = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house), "--dry-run"],
@@ -330,10 +353,68 @@ def test_an_offline_install_from_a_wheelhouse(tmp_path):
                               timeout=120)
     assert no_torch.returncode == 1
     assert "no torch is installed, and the wheelhouse holds none" in no_torch.stderr
-    sorted(house.glob("sacremoses-*"))[0].unlink()
-    damaged = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(house)], cwd=checkout,
+    damaged_house = tmp_path / "damaged house"
+    damaged_house.mkdir()
+    for wheel in house.iterdir():
+        (damaged_house / wheel.name).symlink_to(wheel)
+    sorted(damaged_house.glob("sacremoses-*"))[0].unlink()
+    damaged = subprocess.run(["bash", "scripts/install.sh", "--wheelhouse", str(damaged_house)], cwd=checkout,
                              capture_output=True, text=True, env=env, timeout=120)
     assert damaged.returncode == 1 and "missing or changed since it was made: sacremoses-" in damaged.stderr
+
+
+@pytest.mark.slow
+def test_the_project_as_a_wheel_runs_its_pipelines_from_an_empty_folder(offline):
+    """pip install of the project's wheel (not editable, no clone anywhere it can see), then, in
+    an empty folder, the toy pipeline (corpus, prepare, train, evaluate, translate) and the
+    Multi30k reproduction at a tiny size, each as python -m: the recipes call each other as
+    modules of the package, never files of a checkout."""
+    assert offline["make"].returncode == 0 and offline["done"].returncode == 0, "the offline install failed"
+    env, checkout, tmp_path = offline["env"], offline["checkout"], offline["tmp"]
+    python = str(offline["venv"] / "bin" / "python")
+
+    def ok(command, cwd, timeout=600):
+        done = subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True, env=env,
+                              timeout=timeout)
+        assert done.returncode == 0, f"{command}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done
+
+    dist = tmp_path / "dist"
+    ok([python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", dist, checkout], tmp_path)
+    (wheel,) = dist.glob("fairseq_csan-*.whl")
+    ok([python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", wheel], tmp_path)
+    checkout.rename(tmp_path / "clone elsewhere")  # nothing of a clone where the package could find it
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    where = ok([python, "-c", "import fairseq_csan; print(fairseq_csan.__file__)"], empty).stdout.strip()
+    assert where.startswith(str(offline["venv"])) and "site-packages" in where
+
+    ok([python, "-m", "fairseq_csan.recipes.toy_corpus", "raw", "--train", "400", "--valid", "20", "--test", "20"], empty)
+    ok([python, "-m", "fairseq_csan.recipes.prepare", "toy_en_de", "--raw-dir", "raw", "--out", "data", "--merges",
+        "200", "--no-download"], empty)
+    ok([python, "-m", "fairseq_csan.recipes.train", "--data", "data", "--arch", "transformer_csan2d", "--save-dir",
+        "checkpoints", "--cpu-tiny", "--max-update", "4"], empty)
+    ok([python, "-m", "fairseq_csan.recipes.evaluate", "--data", "data", "--checkpoints", "checkpoints", "--out",
+        "results", "--cpu", "--last", "2"], empty)
+    assert "BLEU" in (empty / "results" / "results.md").read_text()
+    (empty / "mine.en").write_text("a small cat .\n")
+    ok([python, "-m", "fairseq_csan.recipes.translate", "--data", "data", "--checkpoint", "checkpoints/checkpoint_last.pt",
+        "--input", "mine.en", "--output", "mine.de", "--cpu"], empty)
+    assert len((empty / "mine.de").read_text().splitlines()) == 1
+
+    m30k = shared_corpus("multi30k_en_de")
+    raw = empty / "m30k_raw"
+    for name, n in (("train", 400), ("val", 20), ("test_2016_flickr", 20)):
+        for lang in ("en", "de"):
+            rows = (m30k / f"{name}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
+            (raw / f"{name}.{lang}").parent.mkdir(exist_ok=True)
+            (raw / f"{name}.{lang}").write_text("".join(rows), encoding="utf-8")
+    ok([python, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", "m30k_raw", "--out", "m30k", "--merges", "200",
+        "--seeds", "1", "--systems", "transformer,csan2d", "--max-update", "4", "--windows", "3", "--heads", "",
+        "--bootstrap-samples", "20", "--jobs", "1"], empty, timeout=900)
+    records = {r["system"] for r in json.loads((empty / "m30k" / "results.json").read_text())}
+    assert records == {"transformer", "csan2d"}
+    assert (empty / "m30k" / "sweep" / "csan1d_window3" / "eval" / "results.json").is_file()
 
 
 def test_a_wheelhouse_that_does_not_fit_is_refused_before_any_change(tmp_path):
