@@ -165,3 +165,31 @@ def test_every_option_changes_the_average_or_is_refused(checkpoints, tmp_path, c
 
     walk_options(plan, [["--last", "3"], ["--inputs", *paths[:2]], ["--dir", tmp_path / "walk"],
                         ["--output", tmp_path / "elsewhere.pt"], ["--force"], ["--list"], ["--list", "--force"]])
+
+
+def test_checkpoints_saved_before_a_flag_existed_average_with_those_after(tmp_path):
+    """A run resumed with a newer plugin: its earlier checkpoints lack a flag the later ones
+    have. At the variant's declared default the flag is the model the earlier ones were, and
+    they average; at another value they are another model, and are refused naming it."""
+    import torch as _torch
+
+    model, args, _ = build_model("transformer_relpos", TINY, seed=1)
+    for updates in (100, 200, 300):
+        save(tmp_path / f"checkpoint_1_{updates}.pt", model, args, updates)
+    for updates in (100, 200):  # saved before --relpos-tables existed
+        path = tmp_path / f"checkpoint_1_{updates}.pt"
+        state = _torch.load(path, weights_only=False)
+        model_settings = state["cfg"]["model"]  # (an argparse Namespace, as fairseq keeps it)
+        assert model_settings.relpos_tables == "per-head"  # the declared default
+        delattr(model_settings, "relpos_tables")
+        _torch.save(state, path)
+    out = tmp_path / "averaged.pt"
+    average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(out)])
+    assert out.is_file()
+    out.unlink()
+    newest = _torch.load(tmp_path / "checkpoint_1_300.pt", weights_only=False)
+    newest["cfg"]["model"].relpos_tables = "shared"
+    _torch.save(newest, tmp_path / "checkpoint_1_300.pt")
+    with pytest.raises(SystemExit, match="is not of the same run .*relpos_tables (None vs shared|shared vs None)"):
+        average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(out)])
+    assert not out.exists()

@@ -70,6 +70,23 @@ def model_config(state: dict) -> dict:
     return {**{str(k): str(v) for k, v in model.items()}, "seed": str(seed)}
 
 
+def predated_at_default(key: str, mine: dict, theirs: dict) -> bool:
+    """A setting only one of two checkpoints has (the other was saved before its flag existed,
+    and the run was resumed with a newer plugin), at the value its variant declares as default:
+    the flag's default computes what the model computed before it, so the two are one model."""
+    if (key in mine) == (key in theirs):
+        return False
+    present = mine if key in mine else theirs
+    from fairseq_csan.modules import SELF_ATTENTION_VARIANTS, get_self_attention
+    from fairseq_csan.modules.registry import variant_defaults
+
+    variant = present.get("encoder_self_attention")
+    if variant not in SELF_ATTENTION_VARIANTS:
+        return False
+    declared = variant_defaults(get_self_attention(variant), big=str(present.get("_name", "")).endswith("_big"))
+    return key in declared and str(declared[key]) == present[key]
+
+
 def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> None:
     """A checkpoint of another run (another model, seed or name than its contents) is refused."""
     named = UPDATE.match(path.name)
@@ -79,7 +96,8 @@ def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> No
                          f"{named.group(2)} as its name says: it was renamed or belongs to another run")
     if first_config is not None:
         mine, theirs = model_config(state), first_config
-        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        differ = sorted(k for k in set(mine) | set(theirs)
+                        if mine.get(k) != theirs.get(k) and not predated_at_default(k, mine, theirs))
         if differ:
             shown = ", ".join(f"{k} {theirs.get(k)} vs {mine.get(k)}" for k in differ[:4])
             raise SystemExit(f"average_checkpoints: {path} is not of the same run as {first_path} "
