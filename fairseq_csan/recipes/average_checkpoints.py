@@ -27,25 +27,31 @@ import torch
 import fairseq_csan  # noqa: F401  (lets torch load fairseq checkpoints weights-only)
 from fairseq.checkpoint_utils import torch_persistent_save
 
-UPDATE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
-EPOCH = re.compile(r"^checkpoint(\d+)\.pt$")
+# fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
+# when it removes old checkpoints: the group is the number they are ordered by
+UPDATE = r"checkpoint_\d+_(\d+)\.pt"  # --save-interval-updates: checkpoint_EPOCH_UPDATES.pt
+EPOCH = r"checkpoint(\d+)\.pt"  # one per epoch
+
+
+def listed(folder: Path, pattern: str = UPDATE):
+    """The checkpoints of ``folder`` named by ``pattern``, newest first, as fairseq lists them."""
+    from fairseq.checkpoint_utils import checkpoint_paths
+
+    return [Path(p) for p in checkpoint_paths(str(folder), pattern=pattern)]
 
 
 def newest_checkpoints(folder: Path, n: int):
     """The n newest numbered checkpoints in ``folder``, oldest first."""
     if not folder.is_dir():
         raise SystemExit(f"average_checkpoints: no checkpoint folder {folder}")
-    names = [p.name for p in folder.iterdir()]
-    by_update = sorted((int(m.group(2)), name) for name in names if (m := UPDATE.match(name)))
-    by_epoch = sorted((int(m.group(1)), name) for name in names if (m := EPOCH.match(name)))
-    found = by_update or by_epoch
+    found = listed(folder, UPDATE) or listed(folder, EPOCH)
     if len(found) < n:
         raise SystemExit(
             f"average_checkpoints: --last {n} needs {n} numbered checkpoints in {folder}, found "
-            f"{len(found)} ({', '.join(name for _, name in found) or 'none'}); train with "
+            f"{len(found)} ({', '.join(p.name for p in reversed(found)) or 'none'}); train with "
             "--save-interval-updates and --keep-interval-updates, or average fewer"
         )
-    return [folder / name for _, name in found[-n:]]
+    return list(reversed(found[:n]))
 
 
 def updates_of(state: dict):
@@ -89,11 +95,11 @@ def predated_at_default(key: str, mine: dict, theirs: dict) -> bool:
 
 def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> None:
     """A checkpoint of another run (another model, seed or name than its contents) is refused."""
-    named = UPDATE.match(path.name)
+    named = re.fullmatch(UPDATE, path.name)
     updates = updates_of(state)
-    if named and updates is not None and int(named.group(2)) != updates:
+    if named and updates is not None and int(named.group(1)) != updates:
         raise SystemExit(f"average_checkpoints: {path} holds a checkpoint of update {updates}, not "
-                         f"{named.group(2)} as its name says: it was renamed or belongs to another run")
+                         f"{named.group(1)} as its name says: it was renamed or belongs to another run")
     if first_config is not None:
         mine, theirs = model_config(state), first_config
         differ = sorted(k for k in set(mine) | set(theirs)

@@ -468,13 +468,10 @@ def read_checkpoint(path: Path) -> dict:
 
 
 def interval_checkpoints(save: Path):
-    """checkpoint_E_U.pt files, the newest (most updates) first."""
-    found = []
-    for p in save.glob("checkpoint_*_*.pt"):
-        m = re.fullmatch(r"checkpoint_(\d+)_(\d+)\.pt", p.name)
-        if m:
-            found.append((int(m.group(2)), int(m.group(1)), p))
-    return [p for _u, _e, p in sorted(found, reverse=True)]
+    """checkpoint_E_U.pt files, the newest (most updates) first (fairseq's own listing)."""
+    from .average_checkpoints import listed
+
+    return listed(save)
 
 
 def replace_atomically(source: Path, target: Path) -> None:
