@@ -224,3 +224,23 @@ def test_variant_layers_flag_moves_the_baseline(name):
     model, _, _ = build_model(f"transformer_{name}", TINY + ["--csan-layers", "1"])
     kinds = [type(layer.self_attn).__name__ for layer in model.encoder.layers]
     assert kinds == [SELF_ATTENTION_VARIANTS[name].__name__, "MultiheadAttention", "MultiheadAttention"]
+
+
+def test_one_rule_says_which_architectures_are_big():
+    """registry.is_big, used wherever the package asks (variant defaults, the recipe's
+    hyper-parameters, loading and averaging checkpoints), agrees with what each registered
+    Transformer architecture, ours and fairseq's, sets: 1024-dim and 16 heads for the big ones."""
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    from fairseq_csan.modules.registry import is_big
+
+    checked = 0
+    for arch, model in ARCH_MODEL_REGISTRY.items():
+        if model.__name__ not in ("TransformerModel", "VariantTransformerModel") or not arch.startswith("transformer"):
+            continue
+        args = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](args)
+        assert is_big(arch) == (args.encoder_embed_dim == 1024 and args.encoder_attention_heads == 16), arch
+        checked += 1
+    assert checked > 20 and is_big("transformer_csan2d_big") and not is_big("transformer_csan2d")

@@ -32,7 +32,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from ..modules import SELF_ATTENTION_VARIANTS, SelfAttention, get_self_attention
 from ..modules.context_gating import (CONTEXT_DEFAULTS, CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES, ContextHistory,
                                       context_aware)
-from ..modules.registry import (add_self_attention_args, check_foreign_flags, flag_type, model_defining_flags,
+from ..modules.registry import (add_self_attention_args, check_foreign_flags, flag_type, is_big, model_defining_flags,
                                 variant_defaults)
 
 
@@ -250,7 +250,7 @@ def _completed(saved: dict, ours: dict) -> dict:
     settings = dict(saved["settings"])
     variant = settings.get("encoder_self_attention")
     if variant in SELF_ATTENTION_VARIANTS:
-        declared = variant_defaults(get_self_attention(variant), big=str(saved.get("arch") or "").endswith("_big"))
+        declared = variant_defaults(get_self_attention(variant), big=is_big(saved.get("arch")))
         for flag in ours:
             if flag not in settings and flag in declared:
                 settings[flag] = declared[flag]
@@ -431,7 +431,7 @@ class VariantTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         args.encoder_self_attention = getattr(args, "encoder_self_attention", "standard")
-        apply_variant_defaults(args, big=str(getattr(args, "arch", "")).endswith("_big"))
+        apply_variant_defaults(args, big=is_big(getattr(args, "arch", "")))
         for flag in ("ctx_type", "ctx_side", "ctx_gate"):
             setattr(args, flag, getattr(args, flag, None))
         if args.ctx_type is not None:

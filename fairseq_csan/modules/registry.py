@@ -101,6 +101,15 @@ def model_defining_flags(variant_cls) -> list:
     return [a.dest for a in parser._actions if a.dest not in same]
 
 
+def is_big(arch) -> bool:
+    """Whether an architecture is a big Transformer (1024-dim, 16 heads), the one rule for the
+    whole package (the variants' big defaults, the recipe's hyper-parameter set, checkpoint
+    loading and averaging): ours end in ``_big`` as fairseq's ``transformer_vaswani_wmt_en_de_big``
+    and ``transformer_wmt_en_de_big`` do, and fairseq's ``transformer_wmt_en_de_big_t2t`` too."""
+    arch = str(arch or "")
+    return arch.endswith("_big") or arch.startswith("transformer_wmt_en_de_big")
+
+
 def variant_defaults(variant_cls, big: bool) -> dict:
     """The flag defaults a variant declares (``defaults``, and ``big_defaults`` for the big
     architectures), its own and those of the classes it extends."""

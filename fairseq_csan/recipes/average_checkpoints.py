@@ -84,12 +84,12 @@ def predated_at_default(key: str, mine: dict, theirs: dict) -> bool:
         return False
     present = mine if key in mine else theirs
     from fairseq_csan.modules import SELF_ATTENTION_VARIANTS, get_self_attention
-    from fairseq_csan.modules.registry import variant_defaults
+    from fairseq_csan.modules.registry import is_big, variant_defaults
 
     variant = present.get("encoder_self_attention")
     if variant not in SELF_ATTENTION_VARIANTS:
         return False
-    declared = variant_defaults(get_self_attention(variant), big=str(present.get("_name", "")).endswith("_big"))
+    declared = variant_defaults(get_self_attention(variant), big=is_big(present.get("_name")))
     return key in declared and str(declared[key]) == present[key]
 
 

@@ -38,10 +38,10 @@ from .ownership import write_atomically
 from .steps import shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
+from ..modules.registry import is_big
 
 PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 HPARAMS = Path(__file__).with_name("hparams.json")
-BIG_ARCHS = ("transformer_vaswani_wmt_en_de_big",)
 
 USAGE = """\
 usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]
@@ -261,8 +261,7 @@ def build(opts: dict) -> dict:
         if given_precision == "fp16":
             raise Refused("--precision fp16 needs a GPU; --cpu-processes takes fp32 (default) or bf16")
         precision = given_precision or "fp32"
-    size = o["size"] or ("big" if o["arch"].endswith("_big") or o["arch"] in BIG_ARCHS
-                         or o["arch"].startswith("transformer_wmt_en_de_big") else "base")
+    size = o["size"] or ("big" if is_big(o["arch"]) else "base")
     if size not in ("base", "big"):
         raise Refused(f"--size must be base or big, got '{size}'")
     share_mode = o["share"]
