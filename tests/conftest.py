@@ -1,6 +1,10 @@
 """Shared fixtures: tiny models built through fairseq's own argument parsing, and the corpora."""
 
 import os
+import random
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +125,92 @@ def tree(ende, tmp_path_factory):
     run([sys.executable, "-m", "fairseq_csan.recipes.export", "--data", root / "task", "--checkpoint",
          root / "ev/averaged.pt", "--out", root / "model"])
     return root
+
+
+# ---------------------------------------------------------------- every architecture of the plugin
+
+def plugin_archs():
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_csan"))
+
+
+ARCHS = plugin_archs()
+BASE_ARCHS = [a for a in ARCHS if not a.endswith("_big")]
+
+
+def small_window(arch):
+    """CSAN windows shorter than the test sentences; other variants take no such flag."""
+    return ["--csan-window", "3"] if "csan" in arch else []
+
+
+# ---------------------------------------------------------------- data-parallel runs on the CPU
+# (tests/test_distributed.py, and tests/test_gpu.py on a GPU): tiny fairseq-train runs that two
+# launches must bring to the same parameters
+
+VENV_BIN = Path(sys.executable).parent
+TIMEOUT = 300  # seconds, for any one launch: nothing here may hang CI
+TRAIN_TINY = ["--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4",
+              "--encoder-layers", "3", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "128",
+              "--decoder-attention-heads", "4", "--decoder-layers", "2"]
+# fairseq-train's flags for those runs. Plain SGD, not Adam: Adam divides each gradient by its
+# own running size, so a gradient that is zero in exact arithmetic but fp32 rounding noise in
+# practice (the key projection's bias:
+# the softmax is invariant to it) takes a full-size step of random sign, and two exact runs
+# differ there by up to lr per update. Under SGD every parameter moves by lr x its gradient,
+# and the rounding of a sum taken in another order stays at fp32 size. No dropout: each
+# process draws its own masks. --max-tokens 256 gives about 8 batches per epoch.
+TRAIN = ["--cpu", "--optimizer", "sgd", "--lr", "0.5", "--dropout", "0", "--max-tokens", "256",
+         "--max-update", "4", "--save-interval-updates", "2", "--keep-interval-updates", "5",
+         "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0", "--seed", "1",
+         "--log-format", "simple", "--log-interval", "1"]
+TOLERANCE = 1e-5  # max |difference| of any parameter after 4 updates (fp32 sums in another order)
+
+
+def environment():
+    # one thread per process: the machine has 2 cores and the tests run 2 processes at once
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def launch(command, **kwargs):
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=environment(),
+                          cwd=REPO, timeout=TIMEOUT, **kwargs)
+    return done, done.stdout + done.stderr
+
+
+def succeed(command):
+    done, log = launch(command)
+    assert done.returncode == 0, f"{command} failed ({done.returncode}):\n{log[-5000:]}"
+    return log
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parameters(checkpoint: Path):
+    return torch.load(checkpoint)["model"]
+
+
+def largest_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    """200 random sentence pairs (3 to 14 words, the target reverses the source), binarised."""
+    from recipe_helpers import write
+
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    for split, n in (("train", 200), ("valid", 16)):
+        pairs = [[rng.choice(words) for _ in range(rng.randint(3, 14))] for _ in range(n)]
+        write(folder / f"{split}.src", [" ".join(p) for p in pairs])
+        write(folder / f"{split}.tgt", [" ".join(reversed(p)) for p in pairs])
+    succeed(["fairseq-preprocess", "-s", "src", "-t", "tgt", "--trainpref", folder / "train",
+             "--validpref", folder / "valid", "--destdir", folder / "bin", "--joined-dictionary", "--workers", "1"])
+    return folder / "bin"

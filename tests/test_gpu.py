@@ -14,10 +14,8 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from conftest import REPO, TINY, build_model, make_dictionary, shared_corpus
-from test_distributed import (TINY as TRAIN_TINY, TOLERANCE, TRAIN, data_bin, environment,  # noqa: F401
-                              largest_difference, parameters, succeed)
-from test_models import BASE_ARCHS, small_window
+from conftest import (BASE_ARCHS, REPO, TINY, TOLERANCE, TRAIN, TRAIN_TINY, build_model, environment,
+                      largest_difference, make_dictionary, parameters, shared_corpus, small_window, succeed)
 
 NO_CUDA = "no CUDA device: the GPU checks run on a machine with a GPU (bash scripts/gpu_check.sh)"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)

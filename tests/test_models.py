@@ -7,25 +7,17 @@ import torch
 from omegaconf import OmegaConf
 from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules import MultiheadAttention
 
-from conftest import TINY, build_model, make_dictionary
+from conftest import ARCHS, BASE_ARCHS, TINY, build_model, make_dictionary, small_window
 from reference import assert_refused, n_params, skip_without_cpu_kernels
 from fairseq_csan.models.variant_transformer import _FUSED_PATH_COPIES
 from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
 
-ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_csan"))
-BASE_ARCHS = [a for a in ARCHS if not a.endswith("_big")]
 VARIANT_ARCHS = [a for a in ARCHS if "ctxaware" not in a]  # one variant in the lowest layers
 CSAN_ARCHS = [a for a in VARIANT_ARCHS if "csan" in a]
 PARAMETER_FREE_ARCHS = CSAN_ARCHS + [a for a in VARIANT_ARCHS if "bidirect" in a]  # others: test_variants.py
 REFERENCE_ARCH = {False: "transformer", True: "transformer_vaswani_wmt_en_de_big"}
-
-
-def small_window(arch):
-    """CSAN windows shorter than the test sentences; other variants take no such flag."""
-    return ["--csan-window", "3"] if "csan" in arch else []
 
 
 def test_architectures_are_registered():
