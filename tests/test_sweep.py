@@ -1,7 +1,5 @@
 """scripts/sweep.sh (fairseq_csan/recipes/sweep.py), the window and area sweep (CSAN Fig. 2), and its plot."""
 
-import sys
-
 import pytest
 
 from recipe_helpers import lines, run
@@ -33,6 +31,21 @@ def test_sweep_checks_its_inputs_before_making_run_folders(tmp_path):
     assert not (tmp_path / "sweep").exists()
 
 
+def test_a_repeated_point_and_a_help_for_training_are_refused(tmp_path):
+    """A window listed twice would be one run trained twice; train.sh's --help after -- is not an
+    option of the runs (it used to pass the check and print nothing)."""
+    from recipe_helpers import fake_task
+
+    data = fake_task(tmp_path)
+    for extra, message in ((["--windows", "3 5 3"], "--windows lists 3 more than once"),
+                           (["--heads", "1 1"], "--heads lists 1 more than once"),
+                           (["--", "--help"], "-h/--help is not a training option")):
+        done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", tmp_path / "sweep", "--dry-run", *extra],
+                   check=False)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_a_second_sweep_of_a_run_is_refused_and_other_points_share_the_out(tmp_path):
     """Two sweeps of one run would overwrite its logs: the second is refused, naming the first,
     before it writes anything; a sweep of other points into the same --out goes ahead (the
@@ -46,7 +59,7 @@ def test_a_second_sweep_of_a_run_is_refused_and_other_points_share_the_out(tmp_p
         done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", out, "--windows", "5 3", "--heads", "",
                     "--cpu-tiny"], check=False)
         assert done.returncode == 2 and f"{out}/csan1d_window3 is being written by a test writer (pid {holder.pid}" \
-            in done.stderr
+            in done.stderr and "or give another --out" in done.stderr
         assert sorted(p.name for p in out.iterdir()) == [".csan1d_window3.lock"]  # the holder's; none of its own left
         other = run(["bash", "scripts/sweep.sh", "--data", data, "--out", out, "--windows", "5", "--heads", "",
                      "--cpu-tiny"], check=False)
@@ -81,4 +94,4 @@ def test_every_option_changes_the_runs_or_is_refused(tmp_path, context):
     assert [line.split(":")[0] for line in listed] == [f"csan1d_window{m}" for m in (3, 5, 7, 9, 11, 13, 15)] + [
         f"csan2d_heads{n}" for n in (1, 3, 5, 7)]
     assert "--csan-window 11 --csan-heads 3 && " in listed[8] and " -m fairseq_csan.recipes.evaluate " in listed[8]
-    assert listed[8].startswith(f"csan2d_heads3: {sys.executable} -m fairseq_csan.recipes.train ")
+    assert listed[8].startswith("csan2d_heads3: ") and " -m fairseq_csan.recipes.train " in listed[8]

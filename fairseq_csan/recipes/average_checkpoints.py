@@ -89,8 +89,9 @@ def predated_at_default(key: str, mine: dict, theirs: dict) -> bool:
     variant = present.get("encoder_self_attention")
     if variant not in SELF_ATTENTION_VARIANTS:
         return False
-    declared = variant_defaults(get_self_attention(variant), big=is_big(present.get("_name")))
-    return key in declared and str(declared[key]) == present[key]
+    arch = present.get("_name") or present.get("arch")  # (a checkpoint of argparse args names it arch)
+    declared = variant_defaults(get_self_attention(variant), big=is_big(arch))
+    return key in declared and str(declared[key]) == str(present[key])
 
 
 def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> None:

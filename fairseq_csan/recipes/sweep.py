@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,10 @@ def plan(opts: dict) -> List[dict]:
     for value in [*windows, *heads, opts["window_2d"]]:
         if not re.fullmatch(r"[0-9]+", value) or int(value) % 2 != 1:
             raise Refused(f"window sizes and head areas must be positive odd numbers, got '{value}'")
+    for flag, values in (("--windows", windows), ("--heads", heads)):
+        twice = sorted({v for v in values if values.count(v) > 1}, key=int)
+        if twice:
+            raise Refused(f"{flag} lists {', '.join(twice)} more than once: each is one run")
     data, out = Path(opts["data"]), Path(opts["out"])
     if not (data / "recipe.env").is_file() or not (data / "data-bin").is_dir():
         raise Refused(f"--data {data} is not a prepared task folder (no recipe.env or data-bin/; run "
@@ -128,9 +133,12 @@ def check_training(data: Path, out: Path, train_args: List[str], fairseq_args: L
                                      str(out / "check"), "--dry-run", *train_args, "--", *fairseq_args]))
     except train.Refused as e:
         raise Refused(f"scripts/train.sh refuses these options: {e}") from None
+    except SystemExit:  # train.py's --help (its usage went into the buffer)
+        raise Refused("-h/--help is not a training option: scripts/sweep.sh --help and scripts/train.sh --help "
+                      "list the options") from None
 
 
-def run_one(run: dict) -> None:
+def run_one(run: dict, lock_fds) -> None:
     folder = run["folder"]
     log(f"{run['name']}: {run['arch']} {' '.join(run['flags'])}")
     folder.mkdir(parents=True, exist_ok=True)
@@ -138,14 +146,42 @@ def run_one(run: dict) -> None:
                                            f"flags={' '.join(run['flags'])}\n")
     for what, command, output in (("training", run["train"], "train.out"), ("evaluating", run["evaluate"], "eval.out")):
         with open(folder / output, "w", encoding="utf-8") as out:
-            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
+            status = run_passing_signals(command, out, lock_fds)
+        if status != 0:
             tail = (folder / output).read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
             print("\n".join(tail), file=sys.stderr)
             raise Refused(f"{what} {run['name']} failed (log: {folder / output})")
-    for line in (folder / "eval" / "results.md").read_text(encoding="utf-8").splitlines():
+    results = folder / "eval" / "results.md"
+    if not results.is_file():
+        raise Refused(f"evaluating {run['name']} wrote no {results} (log: {folder / 'eval.out'})")
+    for line in results.read_text(encoding="utf-8").splitlines():
         if "tokenised BLEU" in line:
             print(line, file=sys.stderr)
+
+
+def run_passing_signals(command: List[str], out, lock_fds) -> int:
+    """Run one command to its end; it holds the sweep's locks too (a sweep killed while it
+    runs leaves its runs locked until it ends), and SIGINT, SIGTERM and SIGHUP are passed on to
+    it (train.py passes them to the trainer) rather than ending the sweep under it."""
+    child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             pass_fds=tuple(lock_fds))
+    received = []
+
+    def pass_on(signum, _frame):
+        received.append(signum)
+        child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        status = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        log(f"{signal.Signals(received[0]).name}: passed on to {command[2]} (pid {child.pid}), which stopped "
+            f"with status {status}; the same command goes on where it stopped")
+        raise SystemExit(128 + received[0])
+    return status
 
 
 def log(message: str) -> None:
@@ -166,12 +202,11 @@ def main(argv=None) -> None:
         out = Path(opts["out"])
         out.mkdir(parents=True, exist_ok=True)
         try:
-            for run in runs:
-                WriterLock(run["folder"], folder=False, what="sweep.sh").acquire()
+            locks = [WriterLock(run["folder"], folder=False, what="sweep.sh").acquire() for run in runs]
         except Refusal as e:
-            raise Refused(str(e)) from None
+            raise Refused(str(e).replace("or give another output", "or give another --out")) from None
         for run in runs:
-            run_one(run)
+            run_one(run, [lock.fd for lock in locks])
     except Refused as e:
         log(f"error: {e}")
         raise SystemExit(2)
