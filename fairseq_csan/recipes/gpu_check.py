@@ -227,8 +227,10 @@ def run_step(step: Step, log: Path, env: dict) -> int:
         os.setpgrp()
 
     with open(log, "w", encoding="utf-8") as out:
+        # pytest runs in the clone (its rootdir and conftest.py); the other steps take absolute paths
+        # and run where gpu_check was started (an installed package has no clone to go to)
         child = subprocess.Popen([sys.executable, "-m", *step.argv], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 cwd=ROOT, preexec_fn=start)
+                                 cwd=ROOT if step.kind == "tests" else None, preexec_fn=start)
 
         def forward(signum, _frame):
             for sig in (signum, signal.SIGKILL):
