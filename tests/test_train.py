@@ -10,7 +10,6 @@ import fcntl
 import importlib.util
 import json
 import os
-import random
 import re
 import signal
 import shutil
@@ -202,19 +201,7 @@ def test_a_cut_checkpoint_best_is_restored_from_the_checkpoint_it_copied(tmp_pat
 
 # ---------------------------------------------------------------- real training
 
-@pytest.fixture(scope="module")
-def data_bin(tmp_path_factory):
-    """200 random sentence pairs (the target reverses the source), binarised."""
-    folder = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    words = [f"w{i}" for i in range(40)]
-    for split, n in (("train", 200), ("valid", 16)):
-        pairs = [[rng.choice(words) for _ in range(rng.randint(3, 14))] for _ in range(n)]
-        write(folder / f"{split}.src", [" ".join(p) for p in pairs])
-        write(folder / f"{split}.tgt", [" ".join(reversed(p)) for p in pairs])
-    run(["fairseq-preprocess", "-s", "src", "-t", "tgt", "--trainpref", folder / "train", "--validpref",
-         folder / "valid", "--destdir", folder / "bin", "--joined-dictionary", "--workers", "1"])
-    return folder / "bin"
+# data_bin: conftest.py's 200-pair corpus, binarised once per module
 
 
 def tiny(data, save, updates, *options):
