@@ -244,3 +244,30 @@ def test_one_rule_says_which_architectures_are_big():
         assert is_big(arch) == (args.encoder_embed_dim == 1024 and args.encoder_attention_heads == 16), arch
         checked += 1
     assert checked > 20 and is_big("transformer_csan2d_big") and not is_big("transformer_csan2d")
+
+
+def test_each_setting_is_declared_once_and_everything_else_comes_from_it():
+    """A variant's setting is one registry.Option: the flag (and nothing else adds variant
+    flags), its help naming the declared defaults, the default for base and big models, the
+    constructor keyword with the same default, and whether checkpoints keep it."""
+    import argparse
+    import inspect
+
+    from fairseq_csan.modules.registry import add_self_attention_args, declared_options, model_defining_flags
+
+    parser = argparse.ArgumentParser()
+    add_self_attention_args(parser)
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
+    declared = set()
+    for name, cls in SELF_ATTENTION_VARIANTS.items():
+        assert not [c for c in cls.__mro__ if {"add_args", "defaults", "big_defaults"} & set(vars(c))], name
+        options = declared_options(cls)
+        for option in options:
+            declared.add(option.dest)
+            assert actions[option.dest].option_strings == [option.flag]
+            owner = next(c for c in cls.__mro__ if option.keyword in inspect.signature(c.__init__).parameters)
+            assert inspect.signature(owner.__init__).parameters[option.keyword].default == option.default, option
+        assert set(model_defining_flags(cls)) == {o.dest for o in options if not o.same_result}
+        assert cls.options(argparse.Namespace()) == {o.keyword: None for o in options}
+    assert set(actions) == declared
+    assert "16 base, 8 big" in actions["relpos_clip"].help and "per-head base, shared big" in actions["relpos_tables"].help

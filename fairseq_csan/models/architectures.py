@@ -85,7 +85,7 @@ def transformer_csan2d_ctxaware_big(args):
 # ---- the locality baselines of the CSAN paper's Table 1 -----------------------------------
 # "re-implemented under the same framework": each replaces the self-attention of the same
 # lowest K = 3 encoder layers as CSAN (--csan-layers). Their settings are their source papers'
-# (each variant class's ``defaults`` and ``big_defaults``); the big twins differ only where a
+# (each option's ``default`` and ``big_default``, see registry.Option); the big twins differ only where a
 # source paper gives a big setting.
 
 BASELINES = ["bidirect", "relpos", "neighbor", "local_hard", "local_soft", "block", "cnn"]

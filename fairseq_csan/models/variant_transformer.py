@@ -174,7 +174,7 @@ def apply_variant_defaults(args, big: bool):
         args.csan_layers = 0 if variant == "standard" else 3
     if variant not in SELF_ATTENTION_VARIANTS:
         return  # check_variant_args names the allowed ones
-    # each variant's defaults are declared once, on its class (``defaults``, ``big_defaults``)
+    # each setting's default is declared once, with its option (registry.Option)
     for name, value in variant_defaults(get_self_attention(variant), big).items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from .registry import register_self_attention
+from .registry import declared_options, register_self_attention
 
 
 def _attention_by_matmul(q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor] = None,
@@ -80,18 +80,22 @@ class SelfAttention(MultiheadAttention):
         super().__init__(embed_dim, num_heads, dropout=dropout, self_attention=True, **kwargs)
 
     # ---- configuration: flags, checks and construction ---------------------------------
-    @staticmethod
-    def add_args(parser):
-        """Add this variant's own flags (not those of the class it extends)."""
+    # A variant declares each of its settings once, as a registry.Option in ``OPTIONS`` (its own,
+    # not those of the class it extends); the flags, defaults, checks, constructor keywords and
+    # the settings kept in checkpoints all come from there.
+    OPTIONS: tuple = ()
 
     @classmethod
     def check_args(cls, args):
-        """Raise ``ValueError`` naming the flag and the allowed values for a bad setting."""
+        """Raise ``ValueError`` naming the flag and the allowed values for a bad setting (each
+        option's own check; a variant extends this for a rule between settings)."""
+        for option in declared_options(cls):
+            option.validate(getattr(args, option.dest, None))
 
     @classmethod
     def options(cls, args) -> dict:
         """Constructor keyword arguments taken from the parsed flags."""
-        return {}
+        return {option.keyword: getattr(args, option.dest, None) for option in declared_options(cls)}
 
     @classmethod
     def build(cls, embed_dim: int, num_heads: int, cfg, args, **extra):

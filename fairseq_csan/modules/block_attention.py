@@ -39,12 +39,18 @@ from torch import Tensor
 
 from .attention_core import sentence_positions
 from .directional_attention import DirectionalAttention
-from .registry import flag_type, register_self_attention
+from .registry import Option, register_self_attention
 
 
 def _check_block_size(size):
     if not isinstance(size, int) or size < 1:
         raise ValueError(f"--block-size must be a positive integer number of tokens r; got {size!r}")
+
+
+BLOCK_SIZE = Option(
+    "block_size", "BLOCK: tokens per block r (default {default}, near Bi-BloSAN's (2n)^(1/3) for n ~ 30)",
+    convert=int, check=_check_block_size, default=4, metavar="R",  # see the module docstring
+)
 
 
 @register_self_attention("block")
@@ -53,12 +59,11 @@ class BlockSelfAttention(DirectionalAttention):
     and Bi-BloSAN's gates."""
 
     supports_context = False
-    defaults = {"block_size": 4}  # see the module docstring
+    OPTIONS = (BLOCK_SIZE,)
 
-    def __init__(self, embed_dim: int, num_heads: int, block_size: int = defaults["block_size"], **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, block_size: int = BLOCK_SIZE.default, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        _check_block_size(block_size)
-        self.block_size = block_size
+        self.block_size = BLOCK_SIZE.validate(block_size)
         d = embed_dim
         self.summary_hidden = nn.Linear(d, d)  # W_s1, b_s1
         self.summary_score = nn.Linear(d, d)  # W_s2, b_s2
@@ -66,21 +71,6 @@ class BlockSelfAttention(DirectionalAttention):
         self.block_gate = nn.Linear(2 * d, d)  # W_g, b_g
         self.fusion_gate = nn.Linear(3 * d, d)  # W_f, b_f
         self.fusion_value = nn.Linear(3 * d, d)  # W_n, b_n
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--block-size", type=flag_type(int, _check_block_size), metavar="R",
-            help="BLOCK: tokens per block r (default 4, near Bi-BloSAN's (2n)^(1/3) for n ~ 30)",
-        )
-
-    @classmethod
-    def check_args(cls, args):
-        _check_block_size(getattr(args, "block_size", None))
-
-    @classmethod
-    def options(cls, args) -> dict:
-        return {"block_size": args.block_size}
 
     def attend_heads(self, query: Tensor, key_padding_mask=None, attn_mask=None, incremental_state=None) -> Tensor:
         T, B, d = query.shape

@@ -28,31 +28,29 @@ from fairseq.modules import LayerNorm
 from torch import Tensor
 
 from .attention_core import SelfAttention
-from .registry import flag_type, register_self_attention
+from .registry import Option, register_self_attention
 
 CONV_KINDS = ("separable", "full")
 
 
-# QANet's (Yu et al. 2018) encoder block: 4 depthwise-separable convolutions of width 7
-DEFAULTS = {"cnn_layers": 4, "cnn_kernel": 7, "cnn_conv": "separable"}
-
-
 def _check_layers(layers):
     if not isinstance(layers, int) or layers < 1:
-        raise ValueError(f"--cnn-layers must be a positive integer (QANet: {DEFAULTS['cnn_layers']}); got {layers!r}")
+        raise ValueError(f"--cnn-layers must be a positive integer (QANet: {LAYERS.default}); got {layers!r}")
 
 
 def _check_kernel(kernel):
     if not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
         raise ValueError(f"--cnn-kernel must be a positive odd integer, centred on the token "
-                         f"(QANet: {DEFAULTS['cnn_kernel']}); got {kernel!r}")
+                         f"(QANet: {KERNEL.default}); got {kernel!r}")
 
 
-def _check(layers, kernel, kind):
-    _check_layers(layers)
-    _check_kernel(kernel)
-    if kind not in CONV_KINDS:
-        raise ValueError(f"--cnn-conv must be one of {', '.join(CONV_KINDS)}; got {kind!r}")
+# QANet's (Yu et al. 2018) encoder block: 4 depthwise-separable convolutions of width 7
+LAYERS = Option("cnn_layers", "CNNs: convolution sublayers in front of the self-attention (default: QANet's {default})",
+                keyword="conv_layers", convert=int, check=_check_layers, default=4, metavar="C")
+KERNEL = Option("cnn_kernel", "CNNs: convolution kernel width, odd (default: QANet's {default})",
+                keyword="kernel", convert=int, check=_check_kernel, default=7, metavar="W")
+CONV = Option("cnn_conv", f"CNNs: {' or '.join(CONV_KINDS)} convolutions (default: QANet's {{default}})",
+              keyword="conv", choices=CONV_KINDS, default="separable", metavar="KIND")
 
 
 class ConvSublayer(nn.Module):
@@ -81,32 +79,14 @@ class ConvolutionFrontAttention(SelfAttention):
     """C convolution sublayers (QANet) in front of standard self-attention."""
 
     supports_context = False
-    defaults = DEFAULTS
+    OPTIONS = (LAYERS, KERNEL, CONV)
 
-    def __init__(self, embed_dim: int, num_heads: int, conv_layers: int = DEFAULTS["cnn_layers"],
-                 kernel: int = DEFAULTS["cnn_kernel"], conv: str = DEFAULTS["cnn_conv"], **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, conv_layers: int = LAYERS.default,
+                 kernel: int = KERNEL.default, conv: str = CONV.default, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        _check(conv_layers, kernel, conv)
-        self.kernel, self.conv_kind = kernel, conv
+        LAYERS.validate(conv_layers)
+        self.kernel, self.conv_kind = KERNEL.validate(kernel), CONV.validate(conv)
         self.convolutions = nn.ModuleList(ConvSublayer(embed_dim, kernel, conv) for _ in range(conv_layers))
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument("--cnn-layers", type=flag_type(int, _check_layers), metavar="C",
-                            help="CNNs: convolution sublayers in front of the self-attention "
-                                 f"(default: QANet's {DEFAULTS['cnn_layers']})")
-        parser.add_argument("--cnn-kernel", type=flag_type(int, _check_kernel), metavar="W",
-                            help=f"CNNs: convolution kernel width, odd (default: QANet's {DEFAULTS['cnn_kernel']})")
-        parser.add_argument("--cnn-conv", choices=CONV_KINDS, metavar="KIND",
-                            help=f"CNNs: {' or '.join(CONV_KINDS)} convolutions (default: QANet's {DEFAULTS['cnn_conv']})")
-
-    @classmethod
-    def check_args(cls, args):
-        _check(*(getattr(args, f, None) for f in ("cnn_layers", "cnn_kernel", "cnn_conv")))
-
-    @classmethod
-    def options(cls, args) -> dict:
-        return {"conv_layers": args.cnn_layers, "kernel": args.cnn_kernel, "conv": args.cnn_conv}
 
     def forward(self, query: Tensor, key=None, value=None, key_padding_mask=None, incremental_state=None, **kwargs):
         if (key is not None and key is not query) or (value is not None and value is not query):

@@ -42,7 +42,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .attention_core import SelfAttention, sentence_positions
-from .registry import flag_type, register_self_attention
+from .registry import Option, register_self_attention
 
 _BIAS_FLOOR = -1e4
 _WIDTH_FLOOR = 1e-6
@@ -60,6 +60,18 @@ def _check_window(window):
         )
 
 
+HIDDEN = Option(
+    "locality_hidden", "NEIGHBOR / LOCAL_HARD / LOCAL_SOFT: rows of W_p, the predictor's hidden size "
+    "(default: the model dimension d, as in Yang et al. 2018)",
+    keyword="hidden", convert=int, check=_check_hidden, metavar="N",  # no default: d, known at build
+)
+WINDOW = Option(
+    "local_window", "LOCAL_HARD: the fixed window D of the Gaussian, sigma = D / 2 (default: Luong et al. "
+    "2015's {default:g})",
+    keyword="window", convert=float, check=_check_window, default=10.0, metavar="D",  # Luong et al. 2015, local-p
+)
+
+
 class GaussianBiasAttention(SelfAttention):
     """Self-attention plus the Gaussian bias of Yang et al. 2018 eq. 4; subclasses say
     which of the centre and the width are predicted (eqs. 5-8)."""
@@ -67,31 +79,15 @@ class GaussianBiasAttention(SelfAttention):
     predicts_centre = True
     predicts_width = True
 
-    def __init__(self, embed_dim: int, num_heads: int, hidden: Optional[int] = None, **kwargs):
+    OPTIONS = (HIDDEN,)
+
+    def __init__(self, embed_dim: int, num_heads: int, hidden: Optional[int] = HIDDEN.default, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        hidden = embed_dim if hidden is None else hidden
-        _check_hidden(hidden)
+        hidden = embed_dim if hidden is None else HIDDEN.validate(hidden)
         self.predictor = nn.Linear(embed_dim, hidden, bias=False)  # W_p
         n_scalars = int(self.predicts_centre) + int(self.predicts_width)
         self.scalars = nn.Linear(hidden, n_scalars, bias=False)  # rows U_p^T and/or U_d^T
         nn.init.xavier_uniform_(self.predictor.weight)
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--locality-hidden", type=flag_type(int, _check_hidden), metavar="N",
-            help="NEIGHBOR / LOCAL_HARD / LOCAL_SOFT: rows of W_p, the predictor's hidden size "
-                 "(default: the model dimension d, as in Yang et al. 2018)",
-        )
-
-    @classmethod
-    def check_args(cls, args):
-        if getattr(args, "locality_hidden", None) is not None:
-            _check_hidden(args.locality_hidden)
-
-    @classmethod
-    def options(cls, args) -> dict:
-        return {"hidden": getattr(args, "locality_hidden", None)}
 
     def centre_and_width(self, q: Tensor, positions: Tensor, lengths: Tensor):
         """P_i and D_i, each (B, T), in float32 at least."""
@@ -129,29 +125,11 @@ class LocalHardAttention(GaussianBiasAttention):
     """Predicted centre, fixed width D (Luong et al. 2015, local-p)."""
 
     predicts_width = False
-    defaults = {"local_window": 10.0}  # Luong et al. 2015, local-p: D = 10
+    OPTIONS = (WINDOW,)
 
-    def __init__(self, embed_dim: int, num_heads: int, window: float = defaults["local_window"], **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, window: float = WINDOW.default, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        _check_window(window)
-        self.window = window
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--local-window", type=flag_type(float, _check_window), metavar="D",
-            help="LOCAL_HARD: the fixed window D of the Gaussian, sigma = D / 2 "
-                 f"(default: Luong et al. 2015's {LocalHardAttention.defaults['local_window']:g})",
-        )
-
-    @classmethod
-    def check_args(cls, args):
-        super().check_args(args)
-        _check_window(getattr(args, "local_window", None))
-
-    @classmethod
-    def options(cls, args) -> dict:
-        return {**super().options(args), "window": args.local_window}
+        self.window = WINDOW.validate(window)
 
     def extra_repr(self) -> str:
         return f"heads={self.num_heads}, window={self.window}"

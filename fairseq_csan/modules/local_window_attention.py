@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .attention_core import SelfAttention
 from .banded_attention import banded_attention
-from .registry import flag_type, register_self_attention
+from .registry import Option, register_self_attention
 
 IMPLEMENTATIONS = ("auto", "dense", "banded")
 # From how many tokens ``auto`` takes the banded path: the crossover measured on our 2-core CPU
@@ -47,17 +47,12 @@ BANDED_FROM = {"1D": 256, "2D": 128}
 
 
 def _check_area_heads(area_heads, num_heads: int):
-    _check_heads(area_heads)
+    HEADS.validate(area_heads)
     if area_heads > num_heads:
         raise ValueError(
             f"--csan-heads must be at most the number of attention heads "
             f"(--encoder-attention-heads {num_heads}); got {area_heads}"
         )
-
-
-def _check_impl(impl):
-    if impl not in IMPLEMENTATIONS:
-        raise ValueError(f"--csan-impl must be one of {', '.join(IMPLEMENTATIONS)}; got {impl!r}")
 
 
 def _check_window(window):
@@ -76,45 +71,37 @@ def _positive_odd(value, flag: str, meaning: str):
         )
 
 
+WINDOW = Option(
+    "csan_window", "CSAN window size M in tokens, odd, centred on the query (default: the papers' best, {default})",
+    keyword="window", convert=int, check=_check_window, default=11, metavar="M",  # the papers' best M = 11
+)
+IMPL = Option(
+    "csan_impl", "how CSAN attention is computed, exactly alike: dense (masked T x T kernel), banded "
+    f"(O(T*M) blocks, for long inputs) or auto (the default: banded from {BANDED_FROM['1D']} "
+    f"tokens, 2D-CSAN from {BANDED_FROM['2D']})",
+    keyword="impl", choices=IMPLEMENTATIONS, default="auto", metavar="IMPL",
+    same_result=True,  # dense or banded: the same attention
+)
+HEADS = Option(
+    "csan_heads", "2D-CSAN area height N in heads, odd, at most the number of heads (default: the papers' "
+    "best, {default}); heads beyond the first and last are masked",
+    keyword="area_heads", convert=int, check=_check_heads, default=3, metavar="N",  # the papers' best N = 3
+)
+
+
 @register_self_attention("csan1d")
 class LocalWindowAttention(SelfAttention):
     """1D-CSAN: attention restricted to a window of ``window`` tokens centred on the query."""
 
     half_heads = 0  # n: 1D-CSAN's area is its own head
-    defaults = {"csan_window": 11, "csan_impl": "auto"}  # the papers' best M = 11
-    same_result_flags = ("csan_impl",)  # dense or banded: the same attention
+    OPTIONS = (WINDOW, IMPL)
 
-    def __init__(self, embed_dim: int, num_heads: int, window: int = defaults["csan_window"],
-                 impl: str = defaults["csan_impl"], **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, window: int = WINDOW.default, impl: str = IMPL.default,
+                 **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        _check_window(window)
-        _check_impl(impl)
-        self.window = window
+        self.window = WINDOW.validate(window)
         self.half_window = (window - 1) // 2  # m
-        self.impl = impl
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--csan-window", type=flag_type(int, _check_window), metavar="M",
-            help="CSAN window size M in tokens, odd, centred on the query "
-                 f"(default: the papers' best, {LocalWindowAttention.defaults['csan_window']})",
-        )
-        parser.add_argument(
-            "--csan-impl", choices=IMPLEMENTATIONS, metavar="IMPL",
-            help=f"how CSAN attention is computed, exactly alike: dense (masked T x T kernel), banded "
-                 f"(O(T*M) blocks, for long inputs) or auto (the default: banded from {BANDED_FROM['1D']} "
-                 f"tokens, 2D-CSAN from {BANDED_FROM['2D']})",
-        )
-
-    @classmethod
-    def check_args(cls, args):
-        _check_window(getattr(args, "csan_window", None))
-        _check_impl(getattr(args, "csan_impl", None))
-
-    @classmethod
-    def options(cls, args) -> dict:
-        return {"window": args.csan_window, "impl": args.csan_impl}
+        self.impl = IMPL.validate(impl)
 
     def uses_banded(self, seq_len: int) -> bool:
         """Whether a sequence of ``seq_len`` slots takes the banded path."""
@@ -145,32 +132,19 @@ class LocalWindowAttention(SelfAttention):
 class CrossHeadWindowAttention(LocalWindowAttention):
     """2D-CSAN: one softmax over ``area_heads`` adjacent heads x ``window`` tokens."""
 
-    defaults = {"csan_heads": 3}  # the papers' best N = 3
+    OPTIONS = (HEADS,)
 
-    def __init__(self, embed_dim: int, num_heads: int, window: int = LocalWindowAttention.defaults["csan_window"],
-                 area_heads: int = defaults["csan_heads"], **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, window: int = WINDOW.default, area_heads: int = HEADS.default,
+                 **kwargs):
         super().__init__(embed_dim, num_heads, window=window, **kwargs)  # impl among kwargs
         _check_area_heads(area_heads, num_heads)
         self.area_heads = area_heads  # N
         self.half_heads = (area_heads - 1) // 2  # n
 
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--csan-heads", type=flag_type(int, _check_heads), metavar="N",
-            help="2D-CSAN area height N in heads, odd, at most the number of heads (default: the "
-                 f"papers' best, {CrossHeadWindowAttention.defaults['csan_heads']}); heads beyond the "
-                 "first and last are masked",
-        )
-
     @classmethod
     def check_args(cls, args):
         super().check_args(args)
         _check_area_heads(getattr(args, "csan_heads", None), args.encoder_attention_heads)
-
-    @classmethod
-    def options(cls, args) -> dict:
-        return {**super().options(args), "area_heads": args.csan_heads}
 
     def gather_keys(self, k: Tensor, v: Tensor):
         """Stack heads h-n..h+n for each head h: (B, H, T, d_h) -> (B, H, N*T, d_h)."""

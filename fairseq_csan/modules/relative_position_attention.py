@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .attention_core import SelfAttention
-from .registry import flag_type, register_self_attention
+from .registry import Option, register_self_attention
 
-TABLES = ("per-head", "shared")
+TABLE_KINDS = ("per-head", "shared")
 
 
 def _check_clip(clip):
@@ -37,54 +37,32 @@ def _check_clip(clip):
         raise ValueError(f"--relpos-clip must be a positive integer; got {clip!r}")
 
 
-def _check(clip, tables):
-    _check_clip(clip)
-    if tables not in TABLES:
-        raise ValueError(f"--relpos-tables must be one of {', '.join(TABLES)}; got {tables!r}")
+# Shaw et al. 2018, section 4.1: k = 16 and a table per head for base, k = 8 shared for big
+CLIP = Option("relpos_clip", "REL_POS: relative distances are clipped to [-K, K] (default: Shaw et al.'s "
+              "{default} base, {big_default} big)",
+              keyword="clip", convert=int, check=_check_clip, default=16, big_default=8, metavar="K")
+TABLES = Option("relpos_tables", "REL_POS: one table per head or one shared by the heads, per layer "
+                "(default: Shaw et al.'s {default} base, {big_default} big)",
+                keyword="tables", choices=TABLE_KINDS, default="per-head", big_default="shared",
+                metavar="KIND")
 
 
 @register_self_attention("relpos")
 class RelativePositionAttention(SelfAttention):
     """Self-attention with clipped relative position representations on keys and values."""
 
-    # Shaw et al. 2018, section 4.1: k = 16 and a table per head for base, k = 8 shared for big
-    defaults = {"relpos_clip": 16, "relpos_tables": "per-head"}
-    big_defaults = {"relpos_clip": 8, "relpos_tables": "shared"}
+    OPTIONS = (CLIP, TABLES)
 
-    def __init__(self, embed_dim: int, num_heads: int, clip: int = defaults["relpos_clip"],
-                 tables: str = defaults["relpos_tables"], **kwargs):
+    def __init__(self, embed_dim: int, num_heads: int, clip: int = CLIP.default, tables: str = TABLES.default,
+                 **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
-        _check(clip, tables)
-        self.clip, self.tables = clip, tables
+        self.clip, self.tables = CLIP.validate(clip), TABLES.validate(tables)
         n_tables = num_heads if tables == "per-head" else 1
         self.rel_keys = nn.Parameter(torch.empty(n_tables, 2 * clip + 1, self.head_dim))  # w^K_{-k..k}
         self.rel_values = nn.Parameter(torch.empty(n_tables, 2 * clip + 1, self.head_dim))  # w^V_{-k..k}
         for table in (self.rel_keys, self.rel_values):
             for head in table:
                 nn.init.xavier_uniform_(head)
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--relpos-clip", type=flag_type(int, _check_clip), metavar="K",
-            help="REL_POS: relative distances are clipped to [-K, K] (default: Shaw et al.'s "
-                 f"{RelativePositionAttention.defaults['relpos_clip']} base, "
-                 f"{RelativePositionAttention.big_defaults['relpos_clip']} big)",
-        )
-        parser.add_argument(
-            "--relpos-tables", choices=TABLES, metavar="KIND",
-            help="REL_POS: one table per head or one shared by the heads, per layer "
-                 f"(default: Shaw et al.'s {RelativePositionAttention.defaults['relpos_tables']} base, "
-                 f"{RelativePositionAttention.big_defaults['relpos_tables']} big)",
-        )
-
-    @classmethod
-    def check_args(cls, args):
-        _check(getattr(args, "relpos_clip", None), getattr(args, "relpos_tables", None))
-
-    @classmethod
-    def options(cls, args) -> dict:
-        return {"clip": args.relpos_clip, "tables": args.relpos_tables}
 
     def _distance_index(self, seq_len: int, device) -> Tensor:
         """(T, T): clip(j - i, k) + k, the row of w^K / w^V for query i and key j."""
