@@ -89,6 +89,81 @@ def test_the_command_shown_in_train_sh_is_what_it_runs(tmp_path):
     assert done.stdout.strip() == expected
 
 
+def options(*argv):
+    return kit.parse(["--data", "d", "--arch", "transformer", "--save-dir", "s", *argv])
+
+
+def test_parse_types_the_options_and_names_a_bad_one():
+    o = options("--gpus", "4", "--", "--lr", "1", "--gpus")
+    assert (o.gpus, o.nodes, o.seed, o.share, o.max_tokens, o.tiny, o.dry_run) == (4, 1, 1, "auto", None, False, False)
+    assert o.extra == ["--lr", "1", "--gpus"]  # after --: fairseq-train's, unread
+    assert kit.parse(["--data=x"]).data == "x"
+    for argv, message in ((["--gpus"], "--gpus needs a number"), (["--gpus", "--", "8"], "--gpus needs a number"),
+                          (["--data", ""], "--data needs a folder"), (["--seed", "-1"], "--seed must be a whole number, got '-1'"),
+                          (["--share", "most"], "--share must be auto, all, decoder or none, got 'most'"),
+                          (["--dat", "x"], "unknown argument '--dat'")):  # no abbreviations
+        with pytest.raises(kit.Refused) as refused:
+            kit.parse(argv)
+        assert str(refused.value).startswith(message), (argv, str(refused.value))
+
+
+def test_check_options_names_what_is_missing_or_excluded():
+    kit.check_options(options())
+    with pytest.raises(kit.Refused, match="^--save-dir is required$"):
+        kit.check_options(kit.parse(["--data", "d", "--arch", "a"]))
+    with pytest.raises(kit.Refused, match="^--max-tokens must be 1 or more, got 0$"):
+        kit.check_options(options("--max-tokens", "0"))
+    with pytest.raises(kit.Refused, match="^--cpu-processes and --gpus exclude each other"):
+        kit.check_options(options("--cpu-processes", "2", "--gpus", "2"))
+
+
+def test_process_layout_from_the_options_and_the_gpus_seen():
+    def layout(*argv, papers=8, visible=None):
+        found = kit.process_layout(options(*argv), papers, visible)
+        return (found.launcher, found.nodes, found.procs, found.world, found.update_freq, found.precision)
+
+    assert layout(visible=2) == ("", 1, 2, 2, 4, "fp16")  # 2 GPUs here: 4 batches each per update
+    assert layout("--dry-run") == ("", 1, 8, 8, 1, "fp16")  # the papers' 8 GPUs
+    assert layout("--gpus", "3", visible=1) == ("", 1, 3, 3, 3, "fp16")  # --gpus, not what is seen
+    assert layout("--cpu-processes", "2") == ("torchrun", 1, 2, 2, 4, "fp32")
+    assert layout("--cpu-tiny") == ("", 1, None, 1, 1, "fp32")
+    assert layout("--cpu-tiny", "--cpu-processes", "2", "--precision", "bf16") == ("torchrun", 1, 2, 2, 1, "bf16")
+    assert layout("--nodes", "2", "--gpus", "4", "--launcher", "slurm", "--precision", "bf16") == \
+        ("slurm", 2, 4, 8, 1, "bf16")
+    many = kit.process_layout(options("--nodes", "2", "--node-rank", "1", "--master-addr", "h", "--gpus", "4"), 8, None)
+    assert (many.launcher, many.node_rank, many.master_addr, many.port, many.world) == ("torchrun", 1, "h", 29500, 8)
+    with pytest.raises(kit.Refused, match="^no GPU found"):
+        layout(visible=0)
+    with pytest.raises(kit.Refused, match="^--precision fp16 needs a GPU; --cpu-tiny takes"):
+        layout("--cpu-tiny", "--precision", "fp16")
+    assert kit.batch_warning(kit.process_layout(options("--gpus", "16"), 8, None), 8, 4096) == [
+        "warning: 16 GPUs x update-freq 1 = 16 batches per update, not the papers' 8; --max-tokens 2048 keeps 8 x "
+        "4096 tokens per update"]
+
+
+def test_fairseq_arguments_from_the_options_layout_data_and_hyper_parameters():
+    hp = kit.read_hparams(kit.HPARAMS)
+    joined, two = kit.Data(Path("/bin"), "en", "de", True), kit.Data(Path("/bin"), "en", "de", False)
+
+    def command(*argv, data=joined, visible=2):
+        o = options(*argv)
+        return kit.fairseq_arguments(o, kit.process_layout(o, 8, visible), data, hp)
+
+    cmd = command()
+    assert cmd[:2] == ["fairseq-train", "/bin"] and "--share-all-embeddings" in cmd
+    text = " ".join(cmd)
+    assert "--source-lang en --target-lang de" in text and "--distributed-world-size 2 --update-freq 4 --fp16" in text
+    assert f"--max-update {hp['sizes']['base']['max_update']} " in text and "--save-dir s " in text
+    assert "--share-decoder-input-output-embed" in command(data=two)
+    assert " ".join(command("--cpu-processes", "2", "--precision", "bf16")).startswith(
+        "torchrun --standalone --nproc_per_node 2 -m fairseq_csan.train /bin ")
+    tiny = " ".join(command("--cpu-tiny", "--max-update", "8"))
+    assert "--cpu --num-workers 0 " in tiny and "--save-interval-updates 2 " in tiny and "--update-freq" not in tiny
+    assert command("--", "--seed", "7")[-2:] == ["--seed", "7"] and command("--", "--seed", "7").count("--seed") == 1
+    with pytest.raises(kit.Refused, match="^--share all needs one joined dictionary"):
+        command("--share", "all", data=two)
+
+
 def test_flags_after_the_double_dash_replace_the_recipe_s():
     """The printed command gives each flag once, where it takes effect."""
     command = ["--arch", "a", "--lr", "0.001", "--adam-betas", "(0.9, 0.98)", "--fp16", "--max-tokens", "4096"]

@@ -18,6 +18,7 @@ command; ``--dry-run`` prints it. A real run then, in this order:
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import errno
 import fcntl
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
@@ -101,9 +103,9 @@ VALUED = {
     "--share": ("share", "auto, all, decoder or none"), "--tensorboard": ("tensorboard", "a folder"),
     "--wandb": ("wandb", "a project name"),
 }
-DEFAULTS = dict(data="", arch="", save="", size="", hparams=str(HPARAMS), gpus="", cpu_procs="", nodes="1",
-                launcher="", node_rank="", master_addr="", port="", precision="", max_tokens="",
-                max_update="", seed="1", share="auto", tensorboard="", wandb="", dry_run=False, tiny=False, extra=[])
+CHOICES = {"size": ("base", "big"), "launcher": ("torchrun", "slurm"), "precision": ("fp16", "bf16", "fp32"),
+           "share": ("auto", "all", "decoder", "none")}
+DEFAULTS = dict(hparams=str(HPARAMS), nodes=1, seed=1, share="auto")
 
 
 class Refused(Exception):
@@ -116,36 +118,57 @@ def log(message: str) -> None:
 
 # ---------------------------------------------------------------------------- the options
 
-def parse(argv: List[str]) -> dict:
-    opts = dict(DEFAULTS, extra=[])
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in VALUED:
-            name, what = VALUED[arg]
-            if i + 1 >= len(argv) or argv[i + 1] == "":
-                raise Refused(f"{arg} needs {what}")
-            opts[name] = argv[i + 1]
-            i += 2
-        elif arg in ("--dry-run", "--cpu-tiny"):
-            opts["dry_run" if arg == "--dry-run" else "tiny"] = True
-            i += 1
-        elif arg in ("-h", "--help"):
-            print(USAGE, end="")
-            raise SystemExit(0)
-        elif arg == "--":
-            opts["extra"] = argv[i + 1:]
-            break
-        else:
-            print(USAGE, end="", file=sys.stderr)
-            raise Refused(f"unknown argument '{arg}' (fairseq-train arguments go after --)")
+class _Parser(argparse.ArgumentParser):
+    """argparse whose every error is a :class:`Refused` naming the option and what it needs."""
+
+    def error(self, message):
+        found = re.fullmatch(r"argument (--[\w-]+): (.*)", message, re.S)
+        if found and found.group(2) == "expected one argument":
+            raise Refused(f"{found.group(1)} needs {VALUED[found.group(1)][1]}")
+        raise Refused(found.group(2) if found else message)
+
+
+def _value(flag: str, what: str):
+    """argparse ``type=`` for ``flag``: not empty, a whole number or one of its choices."""
+    dest = VALUED[flag][0]
+
+    def convert(text: str):
+        if text == "":
+            raise argparse.ArgumentTypeError(f"{flag} needs {what}")
+        if what == "a number":
+            if not re.fullmatch(r"[0-9]+", text):
+                raise argparse.ArgumentTypeError(f"{flag} must be a whole number, got '{text}'")
+            return int(text)
+        if dest in CHOICES and text not in CHOICES[dest]:
+            raise argparse.ArgumentTypeError(f"{flag} must be {what}, got '{text}'")
+        return text
+
+    return convert
+
+
+def parse(argv: List[str]) -> argparse.Namespace:
+    """The options, typed (numbers are ints; an option not given is None or its default); the
+    words after ``--`` are ``extra``, for fairseq-train."""
+    argv = list(argv)
+    extra = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
+    parser = _Parser(prog="scripts/train.sh", add_help=False, allow_abbrev=False)
+    for flag, (dest, what) in VALUED.items():
+        parser.add_argument(flag, dest=dest, type=_value(flag, what), default=DEFAULTS.get(dest))
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--cpu-tiny", dest="tiny", action="store_true")
+    parser.add_argument("-h", "--help", action="store_true")
+    opts, unknown = parser.parse_known_args(argv)
+    if opts.help:
+        print(USAGE, end="")
+        raise SystemExit(0)
+    if unknown:
+        print(USAGE, end="", file=sys.stderr)
+        raise Refused(f"unknown argument '{unknown[0]}' (fairseq-train arguments go after --)")
+    opts.extra = extra
     return opts
-
-
-def whole(name: str, value: str) -> int:
-    if not re.fullmatch(r"[0-9]+", value):
-        raise Refused(f"--{name} must be a whole number, got '{value}'")
-    return int(value)
 
 
 def read_hparams(path) -> dict:
@@ -173,8 +196,17 @@ def check_arch(arch: str) -> None:
                       "(fairseq-train --user-dir fairseq_csan --help lists them)")
 
 
-def read_data(data: str):
-    """(absolute data-bin folder, src, tgt, one joined dictionary?)"""
+@dataclass(frozen=True)
+class Data:
+    """A prepared task's binarised data: the folder, the languages, one joined dictionary?"""
+
+    binary: Path
+    src: str
+    tgt: str
+    joined: bool
+
+
+def read_data(data: str) -> Data:
     root = Path(data)
     binary = root / "data-bin" if (root / "data-bin").is_dir() else root
     if not binary.is_dir():
@@ -198,42 +230,51 @@ def read_data(data: str):
         if not (binary / f"dict.{lang}.txt").is_file():
             raise Refused(f"{binary} has no dict.{lang}.txt")
     joined = (binary / f"dict.{src}.txt").read_bytes() == (binary / f"dict.{tgt}.txt").read_bytes()
-    return binary, src, tgt, joined
+    return Data(binary, src, tgt, joined)
 
 
-def build(opts: dict) -> dict:
-    """Check the options and build the command: a plan with cmd, identity, log and lock paths."""
-    o = opts
-    if not o["data"]:
-        raise Refused("--data is required")
-    if not o["arch"]:
-        raise Refused("--arch is required")
-    if not o["save"]:
-        raise Refused("--save-dir is required")
-    given_tokens = whole("max-tokens", o["max_tokens"]) if o["max_tokens"] else None
-    seed = whole("seed", o["seed"])
-    if given_tokens is not None and given_tokens < 1:
-        raise Refused(f"--max-tokens must be 1 or more, got {given_tokens}")
-    max_update = whole("max-update", o["max_update"]) if o["max_update"] else None
-    gpus = whole("gpus", o["gpus"]) if o["gpus"] else None
-    given_precision = o["precision"]
-    precision = given_precision or "fp16"
-    if precision not in ("fp16", "bf16", "fp32"):
-        raise Refused(f"--precision must be fp16, bf16 or fp32, got '{precision}'")
+# ------------------------------------------------- options -> process layout -> fairseq arguments
+# Pure functions: the options (and, for the layout, how many GPUs this machine has) in, a
+# value or a Refused naming the option out; build() reads the files and puts them together.
 
-    # data parallelism: processes per machine, machines, and what starts the processes
-    nodes, port = whole("nodes", o["nodes"]), whole("port", o["port"] or "29500")
-    cpu_procs = whole("cpu-processes", o["cpu_procs"]) if o["cpu_procs"] else None
-    node_rank = whole("node-rank", o["node_rank"]) if o["node_rank"] else None
-    master_addr, launcher, tiny = o["master_addr"], o["launcher"], o["tiny"]
-    if nodes < 1:
-        raise Refused(f"--nodes must be 1 or more, got {nodes}")
-    if cpu_procs is not None and cpu_procs < 1:
-        raise Refused(f"--cpu-processes must be 1 or more, got {cpu_procs}")
-    if cpu_procs and gpus is not None:
+def check_options(o) -> None:
+    """What the options alone must satisfy: the required ones, and those that exclude each other."""
+    for flag, dest in (("--data", "data"), ("--arch", "arch"), ("--save-dir", "save")):
+        if not getattr(o, dest):
+            raise Refused(f"{flag} is required")
+    for flag, dest in (("--max-tokens", "max_tokens"), ("--nodes", "nodes"), ("--cpu-processes", "cpu_procs")):
+        if getattr(o, dest) is not None and getattr(o, dest) < 1:
+            raise Refused(f"{flag} must be 1 or more, got {getattr(o, dest)}")
+    if o.cpu_procs and o.gpus is not None:
         raise Refused("--cpu-processes and --gpus exclude each other: CPU processes stand in for GPUs")
-    if launcher not in ("", "torchrun", "slurm"):
-        raise Refused(f"--launcher must be torchrun or slurm, got '{launcher}'")
+    if o.tiny and o.gpus is not None:
+        raise Refused("--gpus is for GPU runs; --cpu-tiny runs on the CPU (--cpu-processes N for several processes)")
+    if o.tiny and o.size:
+        raise Refused("--size picks the base or big model; --cpu-tiny trains its own tiny one (hparams.json's "
+                      "cpu_tiny): leave out one of them")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the training processes are laid out."""
+
+    launcher: str  # "" (one process), "torchrun" or "slurm"
+    nodes: int  # machines
+    procs: Optional[int]  # processes on each machine (GPUs, or CPU processes); None: one
+    world: int  # processes in all
+    update_freq: int  # batches per update, so that an update sees the papers' batch
+    precision: str  # fp16, bf16 or fp32
+    node_rank: Optional[int]
+    master_addr: str
+    port: int
+
+
+def process_layout(o, papers_gpus: int, visible_gpus: Optional[int]) -> Layout:
+    """The launcher, machines, processes and precision of the options; ``papers_gpus`` is the
+    papers' GPU count (each update sees that many batches), ``visible_gpus`` this machine's
+    (None: not asked, under --dry-run the papers' count stands in)."""
+    nodes, cpu_procs, node_rank, master_addr = o.nodes, o.cpu_procs, o.node_rank, o.master_addr or ""
+    launcher = o.launcher or ""
     if not launcher and (cpu_procs or nodes > 1):
         launcher = "torchrun"
     if launcher == "torchrun" and nodes > 1:
@@ -247,123 +288,146 @@ def build(opts: dict) -> dict:
     if launcher == "slurm" and cpu_procs:
         raise Refused("--launcher slurm counts GPUs; with --cpu-processes use --launcher torchrun "
                       "(run it under srun, one task per machine, if you must)")
-    if tiny and not cpu_procs and launcher:
+    if o.tiny and not cpu_procs and launcher:
         raise Refused("--cpu-tiny alone is one CPU process; add --cpu-processes N for several (--nodes, --launcher)")
-    if tiny and gpus is not None:
-        raise Refused("--gpus is for GPU runs; --cpu-tiny runs on the CPU (--cpu-processes N for several processes)")
-    if tiny and o["size"]:
-        raise Refused("--size picks the base or big model; --cpu-tiny trains its own tiny one (hparams.json's "
-                      "cpu_tiny): leave out one of them")
-    if o["port"] and not (launcher == "slurm" or (launcher == "torchrun" and nodes > 1)):
+    if o.port is not None and not (launcher == "slurm" or (launcher == "torchrun" and nodes > 1)):
         raise Refused("--port is the rendezvous port of several machines (--nodes K > 1 with torchrun, or "
                       "--launcher slurm); one machine needs none")
+    precision = o.precision or "fp16"
     if cpu_procs:
-        if given_precision == "fp16":
+        if o.precision == "fp16":
             raise Refused("--precision fp16 needs a GPU; --cpu-processes takes fp32 (default) or bf16")
-        precision = given_precision or "fp32"
-    size = o["size"] or ("big" if is_big(o["arch"]) else "base")
-    if size not in ("base", "big"):
-        raise Refused(f"--size must be base or big, got '{size}'")
-    share_mode = o["share"]
-    if share_mode not in ("auto", "all", "decoder", "none"):
-        raise Refused(f"--share must be auto, all, decoder or none, got '{share_mode}'")
-
-    binary, src, tgt, joined = read_data(o["data"])
-    # one dictionary for both sides (joint BPE): share every embedding, as Vaswani et al. do;
-    # two dictionaries: share the decoder's input and output embeddings only
-    if share_mode == "auto":
-        share_mode = "all" if joined else "decoder"
-    if share_mode == "all" and not joined:
-        raise Refused(f"--share all needs one joined dictionary; {binary} has two different ones")
-    share = {"all": ["--share-all-embeddings"], "decoder": ["--share-decoder-input-output-embed"], "none": []}[share_mode]
-
-    hp = read_hparams(o["hparams"])
-    sized, common, small = hp["sizes"][size], hp["all_sizes"], hp["cpu_tiny"]
-    max_tokens = given_tokens or common["max_tokens"]
-    warmup = sized["warmup_updates"]
-    # eq. 3's peak learning rate, d_model^-0.5 * warmup^-0.5, reached at the end of the warm-up
-    lr = f"{sized['d_model'] ** -0.5 * warmup ** -0.5:.3g}"
-    # fairseq 0.12 makes --bf16 imply --tpu; this entry point is fairseq-train without that
-    runner = ["python", "-m", "fairseq_csan.train"] if precision == "bf16" else ["fairseq-train"]
-    warnings = []
-
-    if tiny:
-        update_freq = 1
-        max_update = max_update if max_update is not None else small["max_update"]
-        hw = ["--cpu", "--num-workers", "0"]
-        if given_precision == "bf16":  # fp32 unless asked; bf16 works on the CPU, fp16 does not
-            hw.append("--bf16")
-        elif given_precision == "fp16":
+        precision = o.precision or "fp32"
+    elif o.tiny:
+        if o.precision == "fp16":
             raise Refused("--precision fp16 needs a GPU; --cpu-tiny takes fp32 (default) or bf16")
+        precision = o.precision or "fp32"  # bf16 works on the CPU, fp16 does not
+    port = o.port if o.port is not None else 29500
+    if o.tiny:
+        procs = cpu_procs
+        return Layout(launcher, nodes, procs, nodes * procs if procs else 1, 1, precision, node_rank, master_addr, port)
+    procs = cpu_procs or o.gpus  # CPU processes stand in for GPUs
+    if procs is None:
+        procs = papers_gpus if visible_gpus is None else visible_gpus
+    if procs < 1:
+        raise Refused("no GPU found: train on GPUs, or use --cpu-tiny for a smoke run or --dry-run to see the command")
+    world = nodes * procs
+    return Layout(launcher, nodes, procs, world, -(-papers_gpus // world), precision, node_rank, master_addr, port)
+
+
+def batch_warning(layout: Layout, papers_gpus: int, max_tokens: int) -> List[str]:
+    """A warning when the processes times the update frequency is not the papers' batch count."""
+    batches = layout.update_freq * layout.world
+    if batches == papers_gpus:
+        return []
+    return [f"warning: {layout.world} GPUs x update-freq {layout.update_freq} = {batches} batches per "
+            f"update, not the papers' {papers_gpus}; --max-tokens {papers_gpus * max_tokens // batches} "
+            f"keeps {papers_gpus} x {max_tokens} tokens per update"]
+
+
+def model_size(o) -> str:
+    return o.size or ("big" if is_big(o.arch) else "base")
+
+
+def share_mode(o, data: Data) -> str:
+    """One dictionary for both sides (joint BPE): share every embedding, as Vaswani et al. do;
+    two dictionaries: share the decoder's input and output embeddings only."""
+    mode = o.share
+    if mode == "auto":
+        mode = "all" if data.joined else "decoder"
+    if mode == "all" and not data.joined:
+        raise Refused(f"--share all needs one joined dictionary; {data.binary} has two different ones")
+    return mode
+
+
+def fairseq_arguments(o, layout: Layout, data: Data, hp: dict) -> List[str]:
+    """The command that trains: the runner (fairseq-train, or this package's entry point for
+    bf16; under torchrun or srun for several processes) and its arguments, the words after
+    ``--`` last and each flag once."""
+    sized, common, small = hp["sizes"][model_size(o)], hp["all_sizes"], hp["cpu_tiny"]
+    share = {"all": ["--share-all-embeddings"], "decoder": ["--share-decoder-input-output-embed"],
+             "none": []}[share_mode(o, data)]
+    # fairseq 0.12 makes --bf16 imply --tpu; this entry point is fairseq-train without that
+    runner = ["python", "-m", "fairseq_csan.train"] if layout.precision == "bf16" else ["fairseq-train"]
+    if o.tiny:
+        max_update = o.max_update if o.max_update is not None else small["max_update"]
+        hw = ["--cpu", "--num-workers", "0"] + (["--bf16"] if layout.precision == "bf16" else [])
         model = [w for k, v in small["model"].items() for w in (f"--{k.replace('_', '-')}", str(v))]
-        max_tokens = given_tokens or small["max_tokens"]
+        max_tokens = o.max_tokens or small["max_tokens"]
         warmup, lr, log_every = small["warmup_updates"], small["lr"], small["log_interval"]
         # never 1: a rerun of a finished run takes one more update, which must not add a checkpoint
         save_every = max(max_update // small["checkpoints"], 2)
+        if layout.procs:
+            hw += ["--distributed-world-size", str(layout.world)]
     else:
-        max_update = max_update if max_update is not None else sized["max_update"]
-        if cpu_procs:
-            gpus = cpu_procs  # CPU processes stand in for GPUs
-        if gpus is None:
-            if o["dry_run"]:
-                gpus = common["gpus"]
-            else:
-                import torch
-
-                gpus = torch.cuda.device_count()
-        if gpus < 1:
-            raise Refused("no GPU found: train on GPUs, or use --cpu-tiny for a smoke run or --dry-run to see the command")
-        world, papers = nodes * gpus, common["gpus"]
-        update_freq = -(-papers // world)
-        if update_freq * world != papers:
-            warnings.append(f"warning: {world} GPUs x update-freq {update_freq} = {update_freq * world} batches per "
-                            f"update, not the papers' {papers}; --max-tokens {papers * max_tokens // (update_freq * world)} "
-                            f"keeps {papers} x {max_tokens} tokens per update")
-        hw = ["--distributed-world-size", str(world), "--update-freq", str(update_freq)]
-        hw += {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}[precision]
+        max_update = o.max_update if o.max_update is not None else sized["max_update"]
+        max_tokens = o.max_tokens or common["max_tokens"]
+        warmup = sized["warmup_updates"]
+        # eq. 3's peak learning rate, d_model^-0.5 * warmup^-0.5, reached at the end of the warm-up
+        lr = f"{sized['d_model'] ** -0.5 * warmup ** -0.5:.3g}"
+        hw = ["--distributed-world-size", str(layout.world), "--update-freq", str(layout.update_freq)]
+        hw += {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}[layout.precision]
+        if o.cpu_procs:
+            hw = ["--cpu"] + hw
         model, save_every, log_every = [], common["save_interval_updates"], common["log_interval"]
+    if o.cpu_procs:
+        hw += ["--distributed-backend", "gloo"]
 
     # several processes (docs/distributed.md): torchrun starts them on each machine, or srun
     # starts one task per GPU and fairseq reads SLURM's variables
-    procs = cpu_procs or gpus
-    if cpu_procs:
-        hw = hw + ["--distributed-world-size", str(nodes * procs)] if tiny else ["--cpu"] + hw
-        hw += ["--distributed-backend", "gloo"]
-    if launcher == "slurm":
-        runner = ["srun", "--nodes", str(nodes), "--ntasks-per-node", str(procs), "--gpus-per-node", str(procs)] + runner
-        hw += ["--distributed-port", str(port)]
-    elif launcher == "torchrun":
+    if layout.launcher == "slurm":
+        runner = ["srun", "--nodes", str(layout.nodes), "--ntasks-per-node", str(layout.procs),
+                  "--gpus-per-node", str(layout.procs)] + runner
+        hw += ["--distributed-port", str(layout.port)]
+    elif layout.launcher == "torchrun":
         rendezvous = ["--standalone"]
-        if nodes > 1:
-            rendezvous = ["--nnodes", str(nodes), "--node_rank", str(node_rank), "--master_addr", master_addr,
-                          "--master_port", str(port)]
+        if layout.nodes > 1:
+            rendezvous = ["--nnodes", str(layout.nodes), "--node_rank", str(layout.node_rank), "--master_addr",
+                          layout.master_addr, "--master_port", str(layout.port)]
         start = runner[1:] if runner[0] == "python" else ["--no-python"] + runner
-        runner = ["torchrun", *rendezvous, "--nproc_per_node", str(procs), *start]
+        runner = ["torchrun", *rendezvous, "--nproc_per_node", str(layout.procs), *start]
 
     logging = []
-    if o["tensorboard"]:
-        logging += ["--tensorboard-logdir", o["tensorboard"]]
-    if o["wandb"]:
-        logging += ["--wandb-project", o["wandb"]]
+    if o.tensorboard:
+        logging += ["--tensorboard-logdir", o.tensorboard]
+    if o.wandb:
+        logging += ["--wandb-project", o.wandb]
 
-    cmd = [*runner, str(binary), *with_overrides(["--user-dir", str(PLUGIN), "--arch", o["arch"], *model,
-           "--source-lang", src, "--target-lang", tgt, *share,
-           "--optimizer", common["optimizer"], "--adam-betas", common["adam_betas"], "--adam-eps", common["adam_eps"],
-           "--lr-scheduler", common["lr_scheduler"], "--lr", str(lr), "--warmup-updates", str(warmup),
-           "--warmup-init-lr", common["warmup_init_lr"],
-           "--criterion", common["criterion"], "--label-smoothing", common["label_smoothing"],
-           "--dropout", sized["dropout"], "--weight-decay", common["weight_decay"], "--clip-norm", common["clip_norm"],
-           "--max-tokens", str(max_tokens), "--max-update", str(max_update), *hw,
-           "--save-dir", o["save"], "--save-interval-updates", str(save_every),
-           "--keep-interval-updates", str(common["keep_interval_updates"]), "--no-epoch-checkpoints",
-           "--log-format", "simple", "--log-interval", str(log_every), "--seed", str(seed), *logging], o["extra"])]
-    check_arch(o["arch"])
+    return [*runner, str(data.binary), *with_overrides(["--user-dir", str(PLUGIN), "--arch", o.arch, *model,
+            "--source-lang", data.src, "--target-lang", data.tgt, *share,
+            "--optimizer", common["optimizer"], "--adam-betas", common["adam_betas"], "--adam-eps", common["adam_eps"],
+            "--lr-scheduler", common["lr_scheduler"], "--lr", str(lr), "--warmup-updates", str(warmup),
+            "--warmup-init-lr", common["warmup_init_lr"],
+            "--criterion", common["criterion"], "--label-smoothing", common["label_smoothing"],
+            "--dropout", sized["dropout"], "--weight-decay", common["weight_decay"], "--clip-norm", common["clip_norm"],
+            "--max-tokens", str(max_tokens), "--max-update", str(max_update), *hw,
+            "--save-dir", o.save, "--save-interval-updates", str(save_every),
+            "--keep-interval-updates", str(common["keep_interval_updates"]), "--no-epoch-checkpoints",
+            "--log-format", "simple", "--log-interval", str(log_every), "--seed", str(o.seed), *logging], o.extra)]
+
+
+def build(o) -> dict:
+    """Check the options and build the command: a plan with cmd, identity, log and lock paths."""
+    check_options(o)
+    hp = read_hparams(o.hparams)
+    papers = hp["all_sizes"]["gpus"]
+    visible = None
+    if not (o.tiny or o.cpu_procs or o.gpus is not None or o.dry_run):
+        import torch
+
+        visible = torch.cuda.device_count()
+    layout = process_layout(o, papers, visible)
+    data = read_data(o.data)
+    cmd = fairseq_arguments(o, layout, data, hp)
+    warnings = [] if o.tiny else batch_warning(layout, papers, o.max_tokens or hp["all_sizes"]["max_tokens"])
+    check_arch(o.arch)
     # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
-    suffix = f".node{node_rank}" if node_rank else ""
-    save = Path(o["save"])
-    identity = f"arch={o['arch']}\ndata={binary}\nsize={size}\nseed={seed}\nshare={share_mode}\ntiny={int(tiny)}"
-    return dict(cmd=cmd, warnings=warnings, launcher=launcher, save=save, identity=identity, rank0=not node_rank,
-                log=save / f"train{suffix}.log", lock=save / f"train{suffix}.lock")
+    suffix = f".node{o.node_rank}" if o.node_rank else ""
+    save = Path(o.save)
+    identity = (f"arch={o.arch}\ndata={data.binary}\nsize={model_size(o)}\nseed={o.seed}\n"
+                f"share={share_mode(o, data)}\ntiny={int(o.tiny)}")
+    return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, identity=identity,
+                rank0=not o.node_rank, log=save / f"train{suffix}.log", lock=save / f"train{suffix}.lock")
 
 
 def with_overrides(command: List[str], extra: List[str]) -> List[str]:
@@ -383,12 +447,12 @@ def with_overrides(command: List[str], extra: List[str]) -> List[str]:
     return kept + list(extra)
 
 
-def check_tools(opts: dict, plan: dict) -> None:
+def check_tools(opts, plan: dict) -> None:
     """What a real run needs beyond the options (not checked by --dry-run)."""
-    if opts["tensorboard"] and not can_import("torch.utils.tensorboard"):
+    if opts.tensorboard and not can_import("torch.utils.tensorboard"):
         raise Refused("--tensorboard needs TensorBoard: pip install 'tensorboard>=2.10' tensorboardX (the "
                       "logging extra; scripts/install.sh installs it)")
-    if opts["wandb"] and not can_import("wandb"):
+    if opts.wandb and not can_import("wandb"):
         raise Refused("--wandb needs the wandb package: pip install wandb")
     if plan["launcher"] == "slurm":
         if not os.environ.get("SLURM_JOB_ID"):
@@ -617,10 +681,10 @@ def main(argv=None) -> None:
     try:
         opts = parse(argv)
         plan = build(opts)
-        plan["save_given"] = opts["save"]
+        plan["save_given"] = opts.save
         for warning in plan["warnings"]:
             log(warning)
-        if opts["dry_run"]:
+        if opts.dry_run:
             print(shell_words(plan["cmd"]))
             return
         check_tools(opts, plan)
