@@ -59,11 +59,11 @@ def split_into(rows_src, rows_tgt, parts):
 
 
 def fake_task(tmp_path: Path) -> Path:
-    """A prepared-task folder (recipe.env and data-bin/) with a joined (identical) pair of dictionaries."""
+    """A prepared-task folder (task.json and data-bin/) with a joined (identical) pair of dictionaries."""
     data = tmp_path / "task"
     write(data / "data-bin/dict.en.txt", ["a 5", "b 3"])
     write(data / "data-bin/dict.de.txt", ["a 5", "b 3"])
-    write(data / "recipe.env", ["task=wmt14_en_de", "src=en", "tgt=de"])
+    write(data / "task.json", ['{"task": "wmt14_en_de", "src": "en", "tgt": "de"}'])
     return data
 
 

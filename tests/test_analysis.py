@@ -143,10 +143,14 @@ def test_gate_means_by_hand():
 def test_window_sweep_collects_runs_in_order(tmp_path):
     for name, kind, value, bleu in (("csan1d_window11", "window", 11, 27.5), ("csan1d_window3", "window", 3, 26.0),
                                     ("csan2d_heads3", "heads", 3, 28.1), ("csan2d_heads1", "heads", 1, 27.7)):
-        write(tmp_path / "sweep" / name / "sweep.env", [f"kind={kind}", f"value={value}", "arch=a", "flags=f"])
+        if value == 3:  # a run of a sweep made before records.py: its sweep.env
+            write(tmp_path / "sweep" / name / "sweep.env", [f"kind={kind}", f"value={value}", "arch=a", "flags=f"])
+        else:
+            write(tmp_path / "sweep" / name / "sweep.json",
+                  [json.dumps({"kind": kind, "value": value, "arch": "a", "flags": "f"})])
         (tmp_path / "sweep" / name / "eval").mkdir()
         (tmp_path / "sweep" / name / "eval/results.json").write_text(json.dumps({"bleu_tok": bleu, "sacrebleu": bleu - 1}))
-    write(tmp_path / "sweep/unfinished/sweep.env", ["kind=window", "value=5"])
+    write(tmp_path / "sweep/unfinished/sweep.json", ['{"kind": "window", "value": 5}'])
     rows = window_sweep.collect(tmp_path / "sweep", "bleu_tok")
     assert [r[:3] for r in rows] == [["window", 3, 26.0], ["window", 11, 27.5], ["heads", 1, 27.7], ["heads", 3, 28.1]]
     run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", tmp_path / "sweep", "--out", tmp_path / "out",

@@ -116,7 +116,7 @@ CHECKS = {
          "docs/implementation.md explains the path that meets it"),
     "missing CORPUS/train.de: CORPUS holds train, val (or valid) and test* files, each in en and de ...":
         ("test", "test_quickstart.py", "missing {corpus}/train.de"),
-    "tokenizer_src=moses (no rules for tr: English's, as tokenizer.perl)":
+    "\"tokenizer_src\": \"moses (no rules for tr: English's, as tokenizer.perl)\"":
         ("test", "test_text.py", "moses (no rules for tr: English's, as tokenizer.perl)"),
     "--last 5 needs 5 numbered checkpoints ... found 3":
         ("test", "test_average_checkpoints.py", "--last 5 needs 5 numbered checkpoints .* found 3"),

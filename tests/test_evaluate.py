@@ -3,6 +3,7 @@ BLEU variant, chrF, the paired bootstrap and the table; a rerun keeps what is cu
 what was made from changed inputs; a missing reference and over-long test lines are named
 before any work; a kill at any moment, then a rerun, ends as an uninterrupted evaluation."""
 
+import json
 import os
 import re
 
@@ -39,7 +40,7 @@ def test_ende_evaluate_with_bootstrap_and_table(ende):
     assert other.returncode == 2 and "holds an evaluation of other checkpoints or settings" in other.stderr
     redone = evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force")
     assert "1/3 averaging the last 2" in redone.stderr and re.search(r"2/3 decoding test \(\d+ sentences\): beam 1,", redone.stderr)
-    assert "beam=1" in (work / "ev_base/evaluation.env").read_text()
+    assert json.loads((work / "ev_base/evaluation.json").read_text())["beam"] == 1
 
 
 @pytest.mark.slow
@@ -129,7 +130,6 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, 
     """SIGKILL of evaluate.sh's process group, then of the kit's own process alone (fairseq-generate
     then dies with it), each at a random moment; each rerun's translations and scores equal those
     of an uninterrupted evaluation."""
-    import json
     import random
     import signal
     import subprocess

@@ -4,6 +4,8 @@ WMT17 Zh-En (with the gate-weight analysis) and WAT17 Ja-En here; WMT14 En-De is
 fixture ``ende`` (tests/conftest.py), whose steps are checked in the test file of each command
 (test_prepare.py, test_train.py, test_evaluate.py, test_sweep.py, test_translate.py)."""
 
+import json
+
 import pytest
 
 from conftest import shared_corpus
@@ -67,6 +69,6 @@ def test_jaen_recipe(tmp_path):
     before = sorted(p for p in aspec.rglob("*"))
     redone = prepare_task("wat17_ja_en", aspec, out, "--merges", 300, "--force")
     assert "--force: removing" in redone.stderr and "learn 300 BPE merges on ja" in redone.stderr
-    assert "merges=300" in (out / "recipe.env").read_text()
+    assert json.loads((out / "task.json").read_text())["merges"] == 300
     assert sorted(p for p in aspec.rglob("*")) == before
     check_prepared(out, "ja", "en")

@@ -59,12 +59,12 @@ def _write_often(path, text, times):
 
 
 def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
-    """The machines of a multi-node training each write its run.env into one save folder: with
+    """The machines of a multi-node training each write its run.json into one save folder: with
     one shared temporary name, one machine's rename found the other's already gone and it
     stopped, leaving the other waiting for it. Each writer's whole file lands; none is lost."""
     import multiprocessing
 
-    target = tmp_path / "run.env"
+    target = tmp_path / "run.json"
     texts = ["arch=a\n" * 50, "arch=b\n" * 50]
     context = multiprocessing.get_context("fork")
     writers = [context.Process(target=_write_often, args=(target, text, 300)) for text in texts]
@@ -74,7 +74,7 @@ def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
         w.join(60)
     assert [w.exitcode for w in writers] == [0, 0]
     assert target.read_text() in texts
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.env"]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no temporary left
     ownership.write_atomically(target, b"bytes\n")
     assert target.read_bytes() == b"bytes\n"
 
@@ -251,7 +251,7 @@ def test_evaluate_labels_results_from_the_checkpoint_evaluated(ende, tree, tmp_p
     run's log (its speed and parameters) is not taken as its own."""
     base = tmp_path / "base_run"
     base.mkdir()
-    shutil.copy(ende["work"] / "ck_base/run.env", base / "run.env")
+    shutil.copy(ende["work"] / "ck_base/run.json", base / "run.json")
     shutil.copy(ende["work"] / "ck_base/train.log", base / "train.log")
     shutil.copy(tree / "ck/checkpoint_last.pt", base / "stray.pt")
     ev = tmp_path / "ev"
@@ -262,7 +262,7 @@ def test_evaluate_labels_results_from_the_checkpoint_evaluated(ende, tree, tmp_p
     results = json.loads((ev / "results.json").read_text())
     assert results["arch"] == "transformer_csan2d" and results["name"] == "transformer_csan2d"
     assert results["train"] is None or results["train"].get("params") is None
-    # averaging checkpoints of one run that run.env says is another architecture: refused
+    # averaging checkpoints of one run that run.json says is another architecture: refused
     for path in newest_checkpoints(tree / "ck", 2):
         shutil.copy(path, base / path.name)
     done = evaluate("--data", tree / "task", "--checkpoints", base, "--out", tmp_path / "ev2", "--last", "2", "--cpu")
@@ -335,7 +335,7 @@ def test_no_command_that_succeeds_changes_a_file_it_did_not_write(tree, tmp_path
                      [tmp_path / "ev_new"]),
         "evaluate --force": (evaluate("--data", task, "--checkpoints", ck, "--last", "2", "--beam", "2", "--out",
                                       tmp_path / "ev", "--cpu", "--force"),
-                             [tmp_path / "ev" / name for name in ("evaluation.env", ".steps", ".lock", *OUTPUTS)]),
+                             [tmp_path / "ev" / name for name in ("evaluation.json", ".steps", ".lock", *OUTPUTS)]),
         "export --force": (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out",
                                tmp_path / "model", "--force"), [tmp_path / "model"]),
         "translate": (kit("translate", "--model", model, "--input", task / "raw/test.en", "--output",

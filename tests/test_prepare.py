@@ -3,6 +3,7 @@ that skips what is current and redoes what changed, other settings and a missing
 under changed and bad input nothing stale, nothing misaligned, early errors naming the file and
 line."""
 
+import json
 import os
 import re
 from pathlib import Path
@@ -136,14 +137,14 @@ def test_ende_prepare_outputs(ende):
     assert (out / "data-bin/dict.en.txt").read_text() == (out / "data-bin/dict.de.txt").read_text()
     # the test set came from the SGM files, segment for segment
     assert lines(out / "raw/test.de") == [" ".join(x.split()) for x in head(ende["wmt"] / "newstest2014.de", N_TEST)]
-    assert "merges=400" in (out / "recipe.env").read_text()
+    assert json.loads((out / "task.json").read_text())["merges"] == 400
     assert "6/6 binarise with fairseq-preprocess" in ende["first"].stderr
 
 
 @pytest.mark.slow
 def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
     out = ende["out"]
-    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in ("recipe.env", "tools.txt")}
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in ("task.json", "tools.txt")}
     again = prepare_task("wmt14_en_de", ende["raw"], out)
     steps = [line for line in again.stderr.splitlines() if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line)]
     assert {line.split()[2] for line in steps} == {"1/6", "2/6", "3/6", "4/6", "5/6", "6/6"}

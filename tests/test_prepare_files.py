@@ -106,7 +106,7 @@ def test_every_option_changes_the_preparation_or_is_refused(tmp_path, monkeypatc
 
 def test_the_user_files_and_the_preset_are_one_path(tmp_path):
     """Multi30k En-De through its preset and through prepare files: the same files, byte for
-    byte, everywhere but recipe.env's task name."""
+    byte, everywhere but task.json's task name."""
     m30k = shared_corpus("multi30k_en_de")
     raw = tmp_path / "raw"
     for name, n in (("train", 300), ("val", 16), ("test_2016_flickr", 16)):
@@ -120,13 +120,12 @@ def test_the_user_files_and_the_preset_are_one_path(tmp_path):
     compared = 0
     for path in sorted((tmp_path / "preset").rglob("*")):
         rel = path.relative_to(tmp_path / "preset")
-        if path.is_file() and rel.parts[0] not in (".steps", ".lock") and rel.name not in ("recipe.env", "preprocess.log"):
+        if path.is_file() and rel.parts[0] not in (".steps", ".lock") and rel.name not in ("task.json", "preprocess.log"):
             assert (tmp_path / "files" / rel).read_bytes() == path.read_bytes(), rel
             compared += 1
     assert compared >= 30
-    preset, files = ((tmp_path / f / "recipe.env").read_text().splitlines() for f in ("preset", "files"))
-    assert [r for r in preset if not r.startswith("task=")] == [r for r in files if not r.startswith("task=")]
-    assert "task=multi30k_en_de" in preset and "task=en_de" in files
+    preset, files = (json.loads((tmp_path / f / "task.json").read_text()) for f in ("preset", "files"))
+    assert (preset.pop("task"), files.pop("task")) == ("multi30k_en_de", "en_de") and preset == files
 
 
 # --------------------------------------------------------------- the whole path, per pair
@@ -144,10 +143,10 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
     task = tmp_path / "task"
     prepared = prepare_files(src, tgt, raw, task)
     assert "\r" not in prepared.stderr  # no progress bar drawn into a log
-    settings = dict(row.split("=", 1) for row in (task / "recipe.env").read_text().splitlines())
+    settings = json.loads((task / "task.json").read_text())
     assert (settings["src"], settings["tgt"], settings["task"]) == (src, tgt, f"{src}_{tgt}")
     segmented = {src, tgt} & {"zh", "ja"}  # the Zh-En and Ja-En presets' defaults: one BPE each, ratio 9
-    assert (settings["joint_bpe"], settings["clean_ratio"]) == (("0", "9") if segmented else ("1", "1.5"))
+    assert (settings["joint_bpe"], settings["clean_ratio"]) == ((False, 9.0) if segmented else (True, 1.5))
     assert (settings["tokenizer_src"], settings["tokenizer_tgt"]) == (TOKENIZER[src], TOKENIZER[tgt])
     assert sorted(p.name for p in (task / "data-bin").glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
     if "fr" in (src, tgt):  # French rules keep the elision on its word ("l' homme"), German's would not

@@ -3,6 +3,7 @@ fairseq_csan.recipes.prepare -> scripts/train.sh -> scripts/evaluate.sh -> expor
 architecture family; its settings checked before anything is written; then fairseq-interactive
 and the hub interface on what it wrote."""
 
+import json
 import os
 import re
 import subprocess
@@ -137,8 +138,6 @@ def test_quickstart_errors_name_the_fix(tmp_path):
 def test_quickstart_takes_any_pair(tmp_path):
     """CORPUS=DIR SRC=fr TGT=en: Multi30k's own file names, two test sets (the first in name
     order is the test set), a model folder that names French and English."""
-    import json
-
     from recipe_helpers import lines, write
 
     corpus = tmp_path / "m30k_fr"
@@ -150,8 +149,9 @@ def test_quickstart_takes_any_pair(tmp_path):
     out = run_quickstart(work, CORPUS=str(corpus), SRC="fr", TGT="en", MAX_UPDATE="16", BPE_MERGES="200")
     check_outputs(work, "transformer_csan2d", 12, out)
     assert "--src fr --tgt en" in out and f"--test {corpus}/test_2016_flickr --test {corpus}/test_b" in out
-    recorded = (work / "data/recipe.env").read_text()
-    assert "src=fr\ntgt=en\n" in recorded and "tests=test,test1\n" in recorded and "tokenizer_src=moses fr" in recorded
+    recorded = json.loads((work / "data/task.json").read_text())
+    assert (recorded["src"], recorded["tgt"], recorded["tests"]) == ("fr", "en", ["test", "test1"])
+    assert recorded["tokenizer_src"] == "moses fr"
     about = json.loads((work / "model/export.json").read_text())
     assert (about["source_lang"], about["target_lang"]) == ("fr", "en")
     assert sorted(p.name for p in (work / "model").glob("dict.*")) == ["dict.en.txt", "dict.fr.txt"]

@@ -1,5 +1,7 @@
 """scripts/sweep.sh (fairseq_csan/recipes/sweep.py), the window and area sweep (CSAN Fig. 2), and its plot."""
 
+import json
+
 import pytest
 
 from recipe_helpers import lines, run
@@ -15,7 +17,7 @@ def test_ende_window_sweep_trains_evaluates_and_plots(ende):
     run(command)
     assert "--csan-window 3" in (sweep / "csan1d_window3/checkpoints/train_command.sh").read_text()
     assert "--csan-window 11 --csan-heads 3" in (sweep / "csan2d_heads3/checkpoints/train_command.sh").read_text()
-    assert "subset=valid" in (sweep / "csan2d_heads3/eval/evaluation.env").read_text()
+    assert json.loads((sweep / "csan2d_heads3/eval/evaluation.json").read_text())["subset"] == "valid"
     again = run(command)
     assert "[sweep] csan2d_heads3" in again.stderr
     assert "up to date; skipped" in (sweep / "csan1d_window3/eval.out").read_text()

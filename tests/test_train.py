@@ -187,7 +187,7 @@ def test_a_misspelt_architecture_stops_before_the_folder_is_claimed(tmp_path):
                check=False)
     assert done.returncode == 2
     assert "--arch transformer_csan3d is not a registered architecture; did you mean transformer_csan2d" in done.stderr
-    assert not save.exists()  # no run.env (the corrected rerun is not refused), no lock
+    assert not save.exists()  # no run.json (the corrected rerun is not refused), no lock
     _, err, code = dry_run(data, "--arch", "transformer_csan3d", check=False)  # --dry-run checks it too
     assert code == 2 and "is not a registered architecture" in err
 
@@ -204,7 +204,7 @@ def test_a_second_training_on_a_locked_folder_is_refused(tmp_path):
         done = run([*TRAIN_SH, "--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny"], check=False)
     assert done.returncode == 2
     assert f"{save} is in use by another training (train.sh pid 1, trainer pid 2 on elsewhere)" in done.stderr
-    assert not (save / "run.env").exists() and not (save / "train.log").exists()
+    assert not (save / "run.json").exists() and not (save / "train.log").exists()
 
 
 # ---------------------------------------------------------------- damaged checkpoints (stand-ins)

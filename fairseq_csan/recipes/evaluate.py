@@ -19,12 +19,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from . import decoding
 from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
 from .ownership import Refusal, WriterLock, listing, refuse_overlaps
+from .records import EVALUATION, RUN, Damaged
 from .steps import Step, die_with_parent, make, shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
@@ -53,7 +53,7 @@ def parse(argv=None):
     p.add_argument("--data", type=Path, required=True, metavar="DIR", help="the folder made by examples/*/prepare.sh")
     p.add_argument("--checkpoints", type=Path, metavar="DIR", help="the --save-dir of scripts/train.sh")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="where the outputs go (evaluation.env, averaged.pt, generate.txt, generate.log, hyp.tok, "
+                   help="where the outputs go (evaluation.json, averaged.pt, generate.txt, generate.log, hyp.tok, "
                         "hyp.detok, results.json, results.md); a rerun keeps the average and the decoding while "
                         "what they were made from is unchanged, and scores again")
     p.add_argument("--last", type=positive, metavar="N",
@@ -94,11 +94,11 @@ def parse(argv=None):
 
 
 def run_identity(folder: Path) -> dict:
-    """arch and size from train.sh's run.env in a checkpoint folder (empty when absent)."""
-    env = folder / "run.env"
-    if not env.is_file():
-        return {}
-    return dict(line.split("=", 1) for line in env.read_text(encoding="utf-8").split("\n") if "=" in line)
+    """arch and size from train.sh's run record in a checkpoint folder (empty when absent)."""
+    try:
+        return RUN.read(folder) or {}
+    except Damaged as e:
+        die(str(e))
 
 
 def model_settings(checkpoint: Path, task: PreparedTask) -> dict:
@@ -207,7 +207,7 @@ def main(argv=None) -> None:
                                          "--checkpoint": args.checkpoint, "--baseline": args.baseline})
     except Refusal as e:
         die(str(e))
-    # the run the checkpoints come from: their save folder's run.env (and train.log)
+    # the run the checkpoints come from: their save folder's run record (and train.log)
     run_folder = args.checkpoints or (args.checkpoint.parent if args.checkpoint else None)
     run = run_identity(run_folder) if run_folder else {}
     size = run.get("size", "base")
@@ -227,8 +227,8 @@ def main(argv=None) -> None:
     arch = model_cfg.get("arch") or model_cfg.get("_name")
     if run.get("arch") and arch and run["arch"] != arch:
         if args.checkpoints:
-            die(f"{inputs[-1]} is a {arch} checkpoint, but {run_folder}/run.env says the run trained {run['arch']}: "
-                "it does not belong to this run")
+            die(f"{inputs[-1]} is a {arch} checkpoint, but {run_folder}'s run record says the run trained "
+                f"{run['arch']}: it does not belong to this run")
         run = {}  # a checkpoint copied into another run's folder: that run's log is not its own
     bpe_source = task.root / "bpe" / f"{args.subset}.{src}"
     if bpe_source.is_file():  # a line the model cannot take would stop fairseq-generate midway
@@ -239,8 +239,7 @@ def main(argv=None) -> None:
             die(f"{len(long_lines)} {args.subset} sentence(s) of {bpe_source} are longer than the model's "
                 f"{limit} source positions (subword tokens + 1): line(s) {shown}. Remove or split them in "
                 f"{task.raw(args.subset, src)} and its reference, and prepare again")
-    env = out / "evaluation.env"
-    if not env.is_file():  # not an evaluation folder (yet): nothing of another's may be replaced
+    if not EVALUATION.exists(out):  # not an evaluation folder (yet): nothing of another's may be replaced
         theirs = [out / name for name in OUTPUTS if (out / name).exists()]
         if theirs:
             die(f"{out} holds files that evaluate did not write ({listing(theirs)}): they would be replaced; "
@@ -252,16 +251,23 @@ def main(argv=None) -> None:
     hw = (["--cpu"] if args.cpu else []) + (["--fp16"] if args.fp16 else [])
     # what this evaluation is of: the checkpoint files and the settings (their content is the
     # steps' business: a changed checkpoint or test set redoes the steps after it)
-    identity = "".join(f"checkpoint={p.resolve()}\n" for p in inputs) + (
-        f"averaged={'no' if args.checkpoint else 'yes'}\nsubset={args.subset}\nbeam={args.beam}\n"
-        f"lenpen={args.lenpen:g}\nbatch_size={args.batch_size}\ndecoding={' '.join(hw) or 'gpu fp32'}\n")
-    if env.is_file() and env.read_text(encoding="utf-8") != identity:
+    try:
+        held = EVALUATION.read(out)
+    except Damaged as e:
         if not args.force:
-            die(f"{out} holds an evaluation of other checkpoints or settings (see {env}); use --force to redo it, "
+            die(f"{e}; use --force to redo the evaluation, or another --out")
+        held = {}  # redone, as an evaluation of other settings
+    identity = EVALUATION.typed(dict(
+        checkpoints=[str(p.resolve()) for p in inputs], averaged=not args.checkpoint, subset=args.subset,
+        beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size, decoding=" ".join(hw) or "gpu fp32"))
+    if held is not None and held != identity:
+        if not args.force:
+            shown = EVALUATION.path(out) if EVALUATION.path(out).is_file() else out / EVALUATION.old
+            die(f"{out} holds an evaluation of other checkpoints or settings (see {shown}); use --force to redo it, "
                 "or another --out")
         for name in OUTPUTS:
             (out / name).unlink(missing_ok=True)
-    env.write_text(identity, encoding="utf-8")
+    EVALUATION.write(out, identity)
     stamps = out / ".steps"
 
     # 1 the weights: one checkpoint, or the average of the last N

@@ -18,9 +18,9 @@ usage: python -m fairseq_csan.recipes.multi30k [--out DIR] [--raw-dir DIR] [--se
            [--device cpu|cuda]
 
 Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
-one-thread runs train faster together than one two-thread run). A finished run is kept when
-the command is run again, so more seeds or systems can be added later; the table and the
-analyses are rewritten every time. The model and training settings are recorded in
+one-thread runs train faster together than one two-thread run). A finished run (its
+timing.json, written last, says so) is kept when the command is run again, so more seeds or
+systems can be added later; the table and the analyses are rewritten every time. The model and training settings are recorded in
 OUT/settings.json with the raw folder, and a rerun with other ones is refused (use another --out).
 """
 
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, write_table
-from .ownership import write_atomically
+from .records import REPRODUCTION, TIMING, Damaged
 from .score import mark
 
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
@@ -178,7 +178,7 @@ def call(command, log_path, env):
 def main_run(args, data, system, seed, env, sharing):
     """Train and evaluate one system with one seed; kept when already finished."""
     run = args.out / "runs" / system / f"seed{seed}"
-    if (run / "done").is_file():
+    if TIMING.exists(run):  # written last: the run is finished
         return run, None
     run.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -190,8 +190,7 @@ def main_run(args, data, system, seed, env, sharing):
     call([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", data, "--checkpoints", run / "checkpoints",
           "--out", run / "eval", *evaluate, "--last", "5", "--name", system],
          run / "eval.out", env)
-    write_atomically(run / "timing.json", json.dumps({"train_s": trained, "total_s": time.time() - started, **sharing}) + "\n")
-    (run / "done").write_text("")
+    TIMING.write(run, {"train_s": trained, "total_s": time.time() - started, **sharing})
     return run, time.time() - started
 
 
@@ -367,11 +366,11 @@ def report(args, data):
     runs = load_runs(args)
     refs = read_lines(data / "raw" / "test.de")
     header, rows, records = results_table(args, runs, refs)
-    settings = json.loads((args.out / "settings.json").read_text(encoding="utf-8"))
+    settings = REPRODUCTION.read(args.out)
     shares = set()
     for system in args.systems:
         for seed in args.seeds:
-            timing = json.loads((args.out / "runs" / system / f"seed{seed}" / "timing.json").read_text(encoding="utf-8"))
+            timing = TIMING.read(args.out / "runs" / system / f"seed{seed}")
             shares.add((timing.get("runs_at_a_time"), timing.get("threads")))
     tokens = settings["training"][settings["training"].index("--max-tokens") + 1]
     sharing = "; ".join(f"{n} run(s) at a time with {t} thread(s) each" for n, t in sorted(shares, key=str))
@@ -456,15 +455,18 @@ def main(argv=None):
         WriterLock(args.out, folder=True, what="the Multi30k reproduction").acquire()  # held to the end
     except Refusal as error:
         raise SystemExit(f"multi30k: {error}") from None
-    recorded = args.out / "settings.json"
     holds_runs = any((args.out / "runs").glob("*/seed*")) or any((args.out / "sweep").glob("*"))
-    if recorded.is_file() and holds_runs:
-        before = json.loads(recorded.read_text(encoding="utf-8"))
-        if before != settings:
-            raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {recorded}); "
-                             "give another --out")
+    try:
+        before = REPRODUCTION.read(args.out)
+    except Damaged as error:
+        if holds_runs:
+            raise SystemExit(f"multi30k: {error}; give another --out") from None
+        before = None  # no run was made with it: replaced below
+    if before is not None and holds_runs and before != REPRODUCTION.typed(settings):
+        raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {REPRODUCTION.path(args.out)}); "
+                         "give another --out")
     args.out.mkdir(parents=True, exist_ok=True)
-    recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    REPRODUCTION.write(args.out, settings)
 
     started = time.time()
     data = (args.out / "data").resolve()

@@ -14,7 +14,7 @@ work starts:
    lock left by a killed holder is free again at once (the kernel drops a dead process's
    locks).
 3. **Only what it wrote is replaced.** What a command wrote is recorded (the step stamps,
-   ``export.json``, ``evaluation.env``, ``run.env``); a rerun or ``--force`` replaces those
+   ``export.json``, ``evaluation.json``, ``run.json``: records.py); a rerun or ``--force`` replaces those
    files and refuses, listing them, when a folder holds others (:func:`foreign_files`).
 """
 

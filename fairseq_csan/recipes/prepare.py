@@ -15,7 +15,7 @@ rerun skips what is current and redoes, saying why, what was made from other inp
   5 BPE      subword-nmt apply-bpe to train, valid and test -> OUT/bpe/
   6 binarise fairseq-preprocess -> OUT/data-bin
 
-The task's settings are kept in OUT/recipe.env (task.py); a rerun with other settings into the
+The task's settings are kept in OUT/task.json (task.py); a rerun with other settings into the
 same OUT is refused unless --force, which deletes what this command wrote there (raw/, tok/,
 bpe/, data-bin/, .steps/; never the downloads) first. Before anything is touched: a raw corpus
 that lies where this command writes is refused (a rerun would remove it before reading it), so
@@ -35,6 +35,7 @@ from pathlib import Path
 from . import corpora, text
 from .ownership import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps
 from .steps import Step, call, make, run
+from .records import TASK
 from .task import NotATask, PreparedTask
 
 SPLITS = ("train", "valid", "test")
@@ -46,7 +47,7 @@ TOKENIZER_PACKAGE = {"zh": "jieba", "ja": "fugashi"}  # the rest: sacremoses (te
 
 def owned_files(out: Path, src: str, tgt: str, splits=SPLITS):
     """Every path that prepare writes in ``out`` (the layout of task.py; a folder: all of it)."""
-    files = [out / name for name in ("recipe.env", "tools.txt", ".steps", "data-bin", "data-bin.tmp")]
+    files = [out / name for name in ("task.json", "recipe.env", "tools.txt", ".steps", "data-bin", "data-bin.tmp")]
     for split in splits:
         for lang in (src, tgt):
             files += [out / sub / f"{split}.{lang}" for sub in ("raw", "tok", "bpe")]
@@ -79,7 +80,7 @@ def files_parser():
                     "the first --test is the test set (fairseq's subset test), further ones are test1, test2, ... "
                     "Each language is tokenised by its own rules: Moses with the language's nonbreaking prefixes "
                     "where sacremoses has them (else English's, as Moses' tokenizer.perl), jieba for zh, MeCab for ja; "
-                    "recipe.env names the rule. Then the steps of every task: cleaning, BPE, fairseq-preprocess.")
+                    "task.json names the rule. Then the steps of every task: cleaning, BPE, fairseq-preprocess.")
     p.add_argument("task", choices=[FILES], help=argparse.SUPPRESS)
     p.add_argument("--src", required=True, metavar="XX", help="source language code (the files' suffix), e.g. fr")
     p.add_argument("--tgt", required=True, metavar="YY", help="target language code, e.g. en")
@@ -241,7 +242,7 @@ def main(argv=None) -> None:
         die(str(e))
     foreign = [f for f in foreign_files(out, owned_files(out, src, tgt, splits))
                if f.relative_to(out).parts[0] in OWNED_FOLDERS]
-    if foreign and (args.force or not (out / "recipe.env").is_file()):
+    if foreign and (args.force or not TASK.exists(out)):
         die(f"{out} holds files that prepare did not write, in the folders it writes ({listing(foreign)}); "
             "move them out of the way (nothing was changed)")
     if args.force and out.exists():

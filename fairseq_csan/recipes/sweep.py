@@ -20,15 +20,17 @@ import sys
 from pathlib import Path
 from typing import List
 
-from .ownership import Refusal, WriterLock, write_atomically
+from .ownership import Refusal, WriterLock
+from .records import SWEEP
 from .steps import shell_words
+from .task import is_task
 
 USAGE = """\
 usage: scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]
 
   --data DIR        a folder made by examples/*/prepare.sh
   --out DIR         one folder per run: csan1d_window{M}/ and csan2d_heads{N}/, each with its
-                    checkpoints, its dev-set evaluation (eval/) and sweep.env
+                    checkpoints, its dev-set evaluation (eval/) and sweep.json
   --windows "M..."  1D window sizes, odd (default "3 5 7 9 11 13 15"; "" for none)
   --heads "N..."    2D head areas, odd, at most the model's heads (default "1 3 5 7"; "" for none)
   --window-2d M     the 2D runs' window (default 11, the paper's)
@@ -89,8 +91,8 @@ def plan(opts: dict) -> List[dict]:
         if twice:
             raise Refused(f"{flag} lists {', '.join(twice)} more than once: each is one run")
     data, out = Path(opts["data"]), Path(opts["out"])
-    if not (data / "recipe.env").is_file() or not (data / "data-bin").is_dir():
-        raise Refused(f"--data {data} is not a prepared task folder (no recipe.env or data-bin/; run "
+    if not is_task(data):
+        raise Refused(f"--data {data} is not a prepared task folder (no task.json or data-bin/; run "
                       "examples/*/prepare.sh)")
     if not re.fullmatch(r"[1-9][0-9]*", opts["last"]):
         raise Refused(f"--last must be a positive whole number, got '{opts['last']}'")
@@ -142,8 +144,7 @@ def run_one(run: dict, lock_fds) -> None:
     folder = run["folder"]
     log(f"{run['name']}: {run['arch']} {' '.join(run['flags'])}")
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomically(folder / "sweep.env", f"kind={run['kind']}\nvalue={run['value']}\narch={run['arch']}\n"
-                                           f"flags={' '.join(run['flags'])}\n")
+    SWEEP.write(folder, {"kind": run["kind"], "value": run["value"], "arch": run["arch"], "flags": " ".join(run["flags"])})
     for what, command, output in (("training", run["train"], "train.out"), ("evaluating", run["evaluate"], "eval.out")):
         with open(folder / output, "w", encoding="utf-8") as out:
             status = run_passing_signals(command, out, lock_fds)

@@ -2,11 +2,12 @@
 
 ``examples/<task>/prepare.sh`` makes a folder that every later command reads::
 
-    recipe.env     what was prepared (KEY=VALUE lines): task, src, tgt, merges, joint_bpe,
+    task.json      what was prepared (records.TASK): task, src, tgt, merges, joint_bpe,
                    clean_max_len, clean_ratio, tests (the test sets: test, test1, ...), and
                    tokenizer_src, tokenizer_tgt (the rule each language was tokenised by,
-                   text.tokenizer_name); a folder prepared before the last three were kept
-                   reads as "test" and the rules its languages have always had
+                   text.tokenizer_name); a folder prepared before holds recipe.env
+                   (KEY=VALUE lines) instead, and one prepared before the last three were
+                   kept reads as "test" and the rules its languages have always had
     tools.txt      the versions of the tokenisers and subword-nmt that made it
     raw/           {train,valid,test,test1,...}.{src,tgt}: the gathered corpora (the references of sacreBLEU)
     tok/           the same, tokenised (test.tgt is the reference of tokenised BLEU)
@@ -25,22 +26,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Dict
 
-from .ownership import write_atomically
+from .records import TASK, Damaged
 
-FIELDS = ("task", "src", "tgt", "merges", "joint_bpe", "clean_max_len", "clean_ratio", "tests",
-          "tokenizer_src", "tokenizer_tgt")
+FIELDS = tuple(TASK.fields)
 
 
-def complete(settings: Dict[str, str]) -> Dict[str, str]:
+def complete(settings: dict) -> dict:
     """The settings of a folder prepared before ``tests`` and the tokenisers were recorded: one
     test set, and each language's rule (the rules have not changed since)."""
     settings = dict(settings)
     if settings.get("src") and settings.get("tgt"):
         from .text import tokenizer_name
 
-        settings.setdefault("tests", "test")
+        settings.setdefault("tests", ["test"])
         for side in ("src", "tgt"):
             settings.setdefault(f"tokenizer_{side}", tokenizer_name(settings[side]))
     return settings
@@ -51,7 +50,7 @@ class NotATask(Exception):
 
 
 class PreparedTask:
-    def __init__(self, root: Path, settings: Dict[str, str]):
+    def __init__(self, root: Path, settings: dict):
         self.root = Path(root)
         self.settings = dict(settings)
 
@@ -59,14 +58,13 @@ class PreparedTask:
     @classmethod
     def open(cls, root) -> "PreparedTask":
         root = Path(root)
-        env = root / "recipe.env"
-        if not env.is_file() or not (root / "data-bin").is_dir():
-            raise NotATask(f"{root} is not a prepared task folder (no recipe.env or data-bin/; "
+        if not is_task(root):
+            raise NotATask(f"{root} is not a prepared task folder (no task.json or data-bin/; "
                            "make one with examples/<task>/prepare.sh or python -m fairseq_csan.recipes.prepare files)")
-        settings = complete(read_settings(env))
+        settings = complete(read_settings(root))
         for key in ("task", "src", "tgt"):
             if not settings.get(key):
-                raise NotATask(f"{env} names no {key} (prepare {root} again with the command that made it)")
+                raise NotATask(f"{root}'s task record names no {key} (prepare it again with the command that made it)")
         return cls(root, settings)
 
     def __getattr__(self, key):
@@ -81,7 +79,7 @@ class PreparedTask:
     @property
     def test_sets(self):
         """The test splits: test, and test1, test2, ... for further test sets."""
-        return [t for t in self.settings.get("tests", "test").split(",") if t]
+        return list(self.settings.get("tests", ["test"]))
 
     @property
     def splits(self):
@@ -89,7 +87,7 @@ class PreparedTask:
 
     @property
     def joint(self) -> bool:
-        return self.settings.get("joint_bpe", "1") == "1"
+        return self.settings.get("joint_bpe", True)
 
     def codes(self, lang: str) -> Path:
         """The BPE codes that segment ``lang``."""
@@ -107,25 +105,38 @@ class PreparedTask:
 
     # -- writing -------------------------------------------------------------------------
     @classmethod
-    def create(cls, root, settings: Dict[str, str], force: bool = False) -> "PreparedTask":
-        """Write recipe.env; a folder prepared with other settings is refused unless ``force``."""
+    def create(cls, root, settings: dict, force: bool = False) -> "PreparedTask":
+        """Write the task record; a folder prepared with other settings is refused unless ``force``."""
         root = Path(root)
-        unknown = set(settings) - set(FIELDS)
-        if unknown:
-            raise ValueError(f"unknown task settings {sorted(unknown)}; known: {', '.join(FIELDS)}")
-        env = root / "recipe.env"
-        settings = {k: str(settings[k]) for k in FIELDS if k in settings}
-        if env.is_file() and not force and complete(read_settings(env)) != settings:
-            raise NotATask(f"{root} was prepared with other settings (see {env}); use --force to redo it "
-                           "or another --out")
+        settings = TASK.typed(settings)
+        if TASK.exists(root) and not force and complete(read_settings(root)) != settings:
+            raise NotATask(f"{root} was prepared with other settings (see {TASK.path(root)}, or recipe.env in a "
+                           "folder prepared before); use --force to redo it or another --out")
         root.mkdir(parents=True, exist_ok=True)
-        write_atomically(env, "".join(f"{k}={v}\n" for k, v in settings.items()))
-        return cls(root, settings)
+        return cls(root, TASK.write(root, settings))
 
 
-def read_settings(path: Path) -> Dict[str, str]:
-    text = Path(path).read_text(encoding="utf-8")
-    return dict(line.split("=", 1) for line in text.split("\n") if "=" in line)
+def is_task(root) -> bool:
+    """Whether ``root`` is a prepared task folder: its task record and data-bin/."""
+    return TASK.exists(root) and (Path(root) / "data-bin").is_dir()
+
+
+def read_settings(root) -> dict:
+    try:
+        return TASK.read(root) or {}
+    except Damaged as e:
+        raise NotATask(str(e)) from None
+
+
+def shown(value) -> str:
+    """A setting as the command line prints it: 1/0, comma-separated, 9 rather than 9.0."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list):
+        return ",".join(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def main(argv=None) -> None:
@@ -149,7 +160,7 @@ def main(argv=None) -> None:
             elif key == "data_bin":
                 print(task.data_bin)
             elif key in FIELDS:
-                print(task.settings.get(key, ""))
+                print(shown(task.settings.get(key, "")))
             else:
                 p.error(f"unknown key {key!r}; known: {', '.join(FIELDS)}, data_bin, codes.LANG")
 

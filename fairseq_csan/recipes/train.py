@@ -7,7 +7,7 @@ command; ``--dry-run`` prints it. A real run then, in this order:
 1. takes the save folder's lock (``fcntl.flock`` on SAVE/train.lock, held by this process and
    by the trainer it starts, so it ends only when both have: a second train.sh on the same
    folder is refused, even while a trainer orphaned by ``kill -9`` of train.sh runs on);
-2. checks the run's identity against SAVE/run.env (another run in the folder is refused);
+2. checks the run's identity against SAVE/run.json (records.RUN) (another run in the folder is refused);
 3. checks checkpoint_last.pt and checkpoint_best.pt: fairseq copies them from the interval
    checkpoint without a temporary name, so a kill during the copy leaves them cut short; a
    damaged checkpoint_last.pt (or one older than the newest interval checkpoint) is replaced,
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from .ownership import write_atomically
+from .records import RUN, TASK
+from .records import Damaged as DamagedRecord
 from .steps import shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
@@ -215,7 +216,7 @@ def read_data(data: str) -> Data:
     dicts = sorted(binary.glob("dict.*.txt"))
     if len(dicts) != 2:
         raise Refused(f"{binary} must hold exactly two dict.LANG.txt files (a fairseq-preprocess output)")
-    if (root / "recipe.env").is_file():
+    if TASK.exists(root):
         try:
             task = PreparedTask.open(root)
         except NotATask as e:
@@ -424,8 +425,8 @@ def build(o) -> dict:
     # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
     suffix = f".node{o.node_rank}" if o.node_rank else ""
     save = Path(o.save)
-    identity = (f"arch={o.arch}\ndata={data.binary}\nsize={model_size(o)}\nseed={o.seed}\n"
-                f"share={share_mode(o, data)}\ntiny={int(o.tiny)}")
+    identity = RUN.typed(dict(arch=o.arch, data=str(data.binary), size=model_size(o), seed=o.seed,
+                              share=share_mode(o, data), tiny=o.tiny))
     return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, identity=identity,
                 rank0=not o.node_rank, log=save / f"train{suffix}.log", lock=save / f"train{suffix}.lock")
 
@@ -495,12 +496,17 @@ def note_holder(fd: int, trainer_pid: Optional[int]) -> None:
     os.pwrite(fd, text.encode("utf-8"), 0)
 
 
-def write_identity(save: Path, identity: str) -> None:
-    env = save / "run.env"
-    if env.is_file() and env.read_text(encoding="utf-8").rstrip("\n") != identity:
-        raise Refused(f"{save} holds another run (see {env}); give a new --save-dir")
+def write_identity(save: Path, identity: dict) -> None:
+    """The run record of ``save`` (records.RUN); a folder that holds another run is refused."""
+    try:
+        held = RUN.read(save)
+    except DamagedRecord as e:
+        raise Refused(str(e))
+    if held is not None and held != identity:
+        shown = RUN.path(save) if RUN.path(save).is_file() else save / RUN.old
+        raise Refused(f"{save} holds another run (see {shown}); give a new --save-dir")
     # every machine of a multi-node run writes it, into a save folder they may share
-    write_atomically(env, identity + "\n")
+    RUN.write(save, identity)
 
 
 class Damaged(Exception):

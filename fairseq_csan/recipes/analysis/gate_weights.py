@@ -24,6 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from ..records import TASK, Damaged
 from .common import outputs, pyplot, read_lines, write_table
 
 
@@ -210,9 +211,12 @@ def main(argv=None):
     bpe_lines = None
     if args.pos:
         # the source's BPE pieces, to group into words: the prepared task's bpe/ file
-        recipe = args.data / "recipe.env"
-        if recipe.is_file():
-            src = dict(line.split("=", 1) for line in read_lines(recipe) if "=" in line)["src"]
+        try:
+            settings = TASK.read(args.data)
+        except Damaged as e:
+            parser.error(str(e))
+        if settings:
+            src = settings["src"]
             bpe_file = args.data / "bpe" / f"{args.subset}.{src}"
             bpe_lines = read_lines(bpe_file) if bpe_file.is_file() else None
     layer_rows, pos_rows = [], []

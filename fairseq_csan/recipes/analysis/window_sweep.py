@@ -3,9 +3,9 @@ size M, and of 2D-CSAN against the number of heads N in its area (window fixed).
 
 usage: python -m fairseq_csan.recipes.analysis.window_sweep --sweep SWEEP_OUT --out DIR [--metric bleu_tok] [--force]
 
-SWEEP_OUT is the --out of scripts/sweep.sh: one folder per run with sweep.env (kind=window or
-heads, value) and eval/results.json. Writes DIR/window_sweep.csv, .md and .png (one panel per
-kind; the best value marked).
+SWEEP_OUT is the --out of scripts/sweep.sh: one folder per run with sweep.json (kind: window or
+heads, value; sweep.env in a sweep made before) and eval/results.json. Writes
+DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
 """
 
 import argparse
@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import outputs, pyplot, read_lines, write_table
+from ..records import SWEEP, Damaged
+from .common import outputs, pyplot, write_table
 
 LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}
 
@@ -21,14 +22,18 @@ LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the 
 def collect(sweep: Path, metric: str):
     """Rows (kind, value, score, run folder), sorted by kind then value."""
     rows = []
-    for env in sorted(sweep.glob("*/sweep.env")):
-        settings = dict(line.split("=", 1) for line in read_lines(env) if "=" in line)
-        results = env.parent / "eval" / "results.json"
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir() and SWEEP.exists(p)) if sweep.is_dir() else []
+    for run in runs:
+        try:
+            settings = SWEEP.read(run)
+        except Damaged as e:
+            raise SystemExit(f"window_sweep: {e}") from None
+        results = run / "eval" / "results.json"
         if not results.is_file():
-            print(f"[window_sweep] {env.parent.name}: no eval/results.json yet; left out", file=sys.stderr)
+            print(f"[window_sweep] {run.name}: no eval/results.json yet; left out", file=sys.stderr)
             continue
         score = json.loads(results.read_text(encoding="utf-8"))[metric]
-        rows.append([settings["kind"], int(settings["value"]), score, env.parent.name])
+        rows.append([settings["kind"], settings["value"], score, run.name])
     if not rows:
         raise SystemExit(f"window_sweep: no evaluated runs under {sweep} (run scripts/sweep.sh first)")
     return sorted(rows, key=lambda r: (r[0] != "window", r[1]))

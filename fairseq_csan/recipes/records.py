@@ -1,0 +1,135 @@
+"""The records the kit keeps beside what it makes: one JSON form, one typed reader per kind.
+
+    kind          file               written by   says
+    TASK          task.json          prepare      what a task folder was prepared with
+    RUN           run.json           train        which run a save folder holds
+    EVALUATION    evaluation.json    evaluate     what an evaluation was made of
+    SWEEP         sweep.json         sweep        which point of a window/area sweep a run is
+    REPRODUCTION  settings.json      multi30k     a Multi30k reproduction's settings
+    TIMING        timing.json        multi30k     one finished run's times (written last: the run is done)
+
+A record is a JSON object of its kind's fields, each of the field's type, written atomically
+(a temporary of the writer's own, fsynced, then renamed: ``ownership.write_atomically``).
+Folders made before this form hold the same facts as ``KEY=VALUE`` lines (recipe.env,
+run.env, evaluation.env, sweep.env) or, for a finished Multi30k run, a ``done`` marker beside
+timing.json: a reader reads those when the record is absent, and the next write of the record
+replaces them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+from .ownership import write_atomically
+
+
+class Damaged(Exception):
+    """A record that is not the JSON object of its kind (or an old file that cannot be read as one)."""
+
+
+def _text(value) -> str:
+    return str(value)
+
+
+def _flag(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    return {"1": True, "0": False, "yes": True, "no": False}[str(value)]
+
+
+def _words(value) -> list:
+    """A list of strings (the old form: comma-separated)."""
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [v for v in str(value).split(",") if v]
+
+
+def _anything(value):
+    return value
+
+
+TYPES: Dict[str, Callable] = {"text": _text, "int": int, "float": float, "flag": _flag, "list": _words, "json": _anything}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of record: its file, its fields (name -> type name of TYPES) and, for folders made
+    before, the KEY=VALUE file it replaces."""
+
+    name: str
+    file: str
+    fields: Dict[str, str]
+    old: Optional[str] = None
+    open_fields: bool = False  # fields beyond the declared ones are kept as they are (JSON values)
+    old_names: Optional[Dict[str, str]] = None  # a field named otherwise in the old file: old -> new
+
+    def _old_values(self, text: str) -> dict:
+        """The KEY=VALUE lines of an old file: a list field is one line, comma-separated, or (a
+        field named in ``old_names``) one line per item."""
+        values, names = {}, self.old_names or {}
+        for line in text.split("\n"):
+            if "=" not in line:
+                continue
+            key, value = line.split("=", 1)
+            if key in names:
+                values.setdefault(names[key], []).append(value)
+            else:
+                values[key] = value
+        return values
+
+    def path(self, folder) -> Path:
+        return Path(folder) / self.file
+
+    def exists(self, folder) -> bool:
+        return self.path(folder).is_file() or (self.old is not None and (Path(folder) / self.old).is_file())
+
+    def typed(self, values: dict) -> dict:
+        """``values`` with each field converted to its type; an unknown field is an error."""
+        unknown = set(values) - set(self.fields)
+        if unknown and not self.open_fields:
+            raise ValueError(f"unknown {self.name} fields {sorted(unknown)}; known: {', '.join(self.fields)}")
+        return {k: (TYPES[self.fields[k]](v) if k in self.fields else v) for k, v in values.items()}
+
+    def read(self, folder) -> Optional[dict]:
+        """The record of ``folder`` (typed), the old file's if only that is there, or None."""
+        path = self.path(folder)
+        try:
+            if path.is_file():
+                values = json.loads(path.read_text(encoding="utf-8"))
+                if not isinstance(values, dict):
+                    raise ValueError("not a JSON object")
+                return self.typed(values)
+            old = Path(folder) / self.old if self.old else None
+            if old is not None and old.is_file():
+                return self.typed(self._old_values(old.read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError) as error:
+            shown = path if path.is_file() else Path(folder) / self.old
+            raise Damaged(f"{shown} is not a {self.name} record as this kit writes it ({error}); "
+                          "it was changed by hand or cut short") from None
+        return None
+
+    def write(self, folder, values: dict) -> dict:
+        """Write the record of ``folder`` (the old file, if any, goes); the typed values."""
+        values = self.typed(values)
+        write_atomically(self.path(folder), json.dumps(values, indent=1, sort_keys=True) + "\n")
+        if self.old:
+            (Path(folder) / self.old).unlink(missing_ok=True)
+        return values
+
+
+TASK = Kind("task", "task.json", {
+    "task": "text", "src": "text", "tgt": "text", "merges": "int", "joint_bpe": "flag", "clean_max_len": "int",
+    "clean_ratio": "float", "tests": "list", "tokenizer_src": "text", "tokenizer_tgt": "text"}, old="recipe.env")
+RUN = Kind("run", "run.json", {"arch": "text", "data": "text", "size": "text", "seed": "int", "share": "text",
+                               "tiny": "flag"}, old="run.env")
+EVALUATION = Kind("evaluation", "evaluation.json", {
+    "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
+    "decoding": "text"}, old="evaluation.env", old_names={"checkpoint": "checkpoints"})
+SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"}, old="sweep.env")
+REPRODUCTION = Kind("reproduction", "settings.json", {
+    "raw_dir": "text", "max_update": "int", "merges": "int", "model": "json", "training": "json", "device": "text"})
+TIMING = Kind("timing", "timing.json", {"train_s": "float", "total_s": "float"}, open_fields=True)
+KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING)
