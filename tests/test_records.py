@@ -73,3 +73,21 @@ def test_every_kind_has_its_own_file_and_known_types():
     assert len({k.file for k in KINDS}) == len(KINDS) and len({k.name for k in KINDS}) == len(KINDS)
     for kind in KINDS:
         assert isinstance(kind, Kind) and set(kind.fields.values()) <= set(records.TYPES), kind.name
+
+
+def test_a_reader_finds_the_record_that_replaced_the_old_file_meanwhile(tmp_path, monkeypatch):
+    """Machines of a multi-node run share a save folder: one may replace run.env by run.json
+    between another's look for run.json and its read of run.env."""
+    from pathlib import Path
+
+    write(tmp_path / "run.env", ["arch=transformer", "seed=1"])
+    record = {"arch": "transformer", "seed": 1}
+    read_text = Path.read_text
+
+    def replaced_meanwhile(path, *args, **kwargs):
+        if path.name == "run.env":
+            RUN.write(tmp_path, record)  # the other machine, just before this read
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", replaced_meanwhile)
+    assert RUN.read_with_form(tmp_path) == (record, False)

@@ -98,10 +98,13 @@ def test_parse_types_the_options_and_names_a_bad_one():
     assert (o.gpus, o.nodes, o.seed, o.share, o.max_tokens, o.tiny, o.dry_run) == (4, 1, 1, "auto", None, False, False)
     assert o.extra == ["--lr", "1", "--gpus"]  # after --: fairseq-train's, unread
     assert kit.parse(["--data=x"]).data == "x"
+    # the word after an option is its value, whatever it looks like, but for --, which ends the options
+    assert kit.parse(["--save-dir", "-odd", "--", "--seed"]).save == "-odd"
     for argv, message in ((["--gpus"], "--gpus needs a number"), (["--gpus", "--", "8"], "--gpus needs a number"),
                           (["--data", ""], "--data needs a folder"), (["--seed", "-1"], "--seed must be a whole number, got '-1'"),
                           (["--share", "most"], "--share must be auto, all, decoder or none, got 'most'"),
-                          (["--dat", "x"], "unknown argument '--dat'")):  # no abbreviations
+                          (["--dat", "x"], "unknown argument '--dat'"),  # no abbreviations
+                          (["--dry-run=1"], "--dry-run: ignored explicit argument '1'")):
         with pytest.raises(kit.Refused) as refused:
             kit.parse(argv)
         assert str(refused.value).startswith(message), (argv, str(refused.value))

@@ -252,15 +252,16 @@ def main(argv=None) -> None:
     # what this evaluation is of: the checkpoint files and the settings (their content is the
     # steps' business: a changed checkpoint or test set redoes the steps after it)
     try:
-        held = EVALUATION.read(out)
+        held, old_form = EVALUATION.read_with_form(out) or (None, False)
     except Damaged as e:
         if not args.force:
             die(f"{e}; use --force to redo the evaluation, or another --out")
-        held = {}  # redone, as an evaluation of other settings
+        held, old_form = {}, False  # redone, as an evaluation of other settings
     identity = EVALUATION.typed(dict(
         checkpoints=[str(p.resolve()) for p in inputs], averaged=not args.checkpoint, subset=args.subset,
         beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size, decoding=" ".join(hw) or "gpu fp32"))
-    if held is not None and held != identity:
+    compared = dict(identity, lenpen=float(f"{args.lenpen:g}")) if old_form else identity  # evaluation.env kept :g
+    if held is not None and held != compared:
         if not args.force:
             shown = EVALUATION.path(out) if EVALUATION.path(out).is_file() else out / EVALUATION.old
             die(f"{out} holds an evaluation of other checkpoints or settings (see {shown}); use --force to redo it, "

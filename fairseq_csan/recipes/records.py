@@ -11,9 +11,9 @@
 A record is a JSON object of its kind's fields, each of the field's type, written atomically
 (a temporary of the writer's own, fsynced, then renamed: ``ownership.write_atomically``).
 Folders made before this form hold the same facts as ``KEY=VALUE`` lines (recipe.env,
-run.env, evaluation.env, sweep.env) or, for a finished Multi30k run, a ``done`` marker beside
-timing.json: a reader reads those when the record is absent, and the next write of the record
-replaces them.
+run.env, evaluation.env, sweep.env): a reader reads those when the record is absent, and the
+next write of the record replaces them. (A finished Multi30k run of before also holds a
+``done`` marker, written after its timing.json; the timing record alone now says it finished.)
 """
 
 from __future__ import annotations
@@ -95,20 +95,31 @@ class Kind:
 
     def read(self, folder) -> Optional[dict]:
         """The record of ``folder`` (typed), the old file's if only that is there, or None."""
-        path = self.path(folder)
-        try:
-            if path.is_file():
-                values = json.loads(path.read_text(encoding="utf-8"))
+        found = self.read_with_form(folder)
+        return found and found[0]
+
+    def read_with_form(self, folder):
+        """(the typed record, whether it came from the old file), or None."""
+        old = Path(folder) / self.old if self.old else None
+        # the JSON record first; another process may replace the old file by it meanwhile (the
+        # machines of a multi-node run share a save folder), so look for the record once more
+        for source in (self.path(folder), old, self.path(folder)):
+            if source is None:
+                continue
+            try:
+                text = source.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            try:
+                if source == old:
+                    return self.typed(self._old_values(text)), True
+                values = json.loads(text)
                 if not isinstance(values, dict):
                     raise ValueError("not a JSON object")
-                return self.typed(values)
-            old = Path(folder) / self.old if self.old else None
-            if old is not None and old.is_file():
-                return self.typed(self._old_values(old.read_text(encoding="utf-8")))
-        except (ValueError, KeyError, TypeError) as error:
-            shown = path if path.is_file() else Path(folder) / self.old
-            raise Damaged(f"{shown} is not a {self.name} record as this kit writes it ({error}); "
-                          "it was changed by hand or cut short") from None
+                return self.typed(values), False
+            except (ValueError, KeyError, TypeError) as error:
+                raise Damaged(f"{source} is not a {self.name} record as this kit writes it ({error}); "
+                              "it was changed by hand or cut short") from None
         return None
 
     def write(self, folder, values: dict) -> dict:

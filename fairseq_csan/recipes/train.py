@@ -124,9 +124,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         found = re.fullmatch(r"argument (--[\w-]+): (.*)", message, re.S)
-        if found and found.group(2) == "expected one argument":
-            raise Refused(f"{found.group(1)} needs {VALUED[found.group(1)][1]}")
-        raise Refused(found.group(2) if found else message)
+        if found is None:
+            raise Refused(message)
+        flag, why = found.groups()
+        if why == "expected one argument":
+            raise Refused(f"{flag} needs {VALUED[flag][1]}")
+        raise Refused(why if why.startswith(flag) else f"{flag}: {why}")
 
 
 def _value(flag: str, what: str):
@@ -150,18 +153,26 @@ def _value(flag: str, what: str):
 def parse(argv: List[str]) -> argparse.Namespace:
     """The options, typed (numbers are ints; an option not given is None or its default); the
     words after ``--`` are ``extra``, for fairseq-train."""
-    argv = list(argv)
-    extra = []
-    if "--" in argv:
-        at = argv.index("--")
-        argv, extra = argv[:at], argv[at + 1:]
+    # the word after an option that takes a value is its value, whatever it looks like ("-x"),
+    # but for --, which ends the options (the option then needs its value)
+    words, extra, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--":
+            extra = list(argv[i + 1:])
+            break
+        if argv[i] in VALUED and i + 1 < len(argv) and argv[i + 1] != "--":
+            words.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            words.append(argv[i])
+            i += 1
     parser = _Parser(prog="scripts/train.sh", add_help=False, allow_abbrev=False)
     for flag, (dest, what) in VALUED.items():
         parser.add_argument(flag, dest=dest, type=_value(flag, what), default=DEFAULTS.get(dest))
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--cpu-tiny", dest="tiny", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
-    opts, unknown = parser.parse_known_args(argv)
+    opts, unknown = parser.parse_known_args(words)
     if opts.help:
         print(USAGE, end="")
         raise SystemExit(0)
