@@ -20,8 +20,9 @@ usage: python -m fairseq_csan.recipes.multi30k [--out DIR] [--raw-dir DIR] [--se
 Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
 one-thread runs train faster together than one two-thread run). A finished run (its
 timing.json, written last, says so) is kept when the command is run again, so more seeds or
-systems can be added later; the table and the analyses are rewritten every time. The model and training settings are recorded in
-OUT/settings.json with the raw folder, and a rerun with other ones is refused (use another --out).
+systems can be added later; the table and the analyses are rewritten every time. The model
+and training settings are recorded in OUT/settings.json with the raw folder, and a rerun with
+other ones is refused (use another --out).
 """
 
 import argparse

@@ -51,7 +51,8 @@ def _anything(value):
     return value
 
 
-TYPES: Dict[str, Callable] = {"text": _text, "int": int, "float": float, "flag": _flag, "list": _words, "json": _anything}
+TYPES: Dict[str, Callable] = {"text": _text, "int": int, "float": float, "flag": _flag, "list": _words,
+                              "json": _anything}
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,8 @@ def run_one(run: dict, lock_fds) -> None:
     folder = run["folder"]
     log(f"{run['name']}: {run['arch']} {' '.join(run['flags'])}")
     folder.mkdir(parents=True, exist_ok=True)
-    SWEEP.write(folder, {"kind": run["kind"], "value": run["value"], "arch": run["arch"], "flags": " ".join(run["flags"])})
+    SWEEP.write(folder, {"kind": run["kind"], "value": run["value"], "arch": run["arch"],
+                         "flags": " ".join(run["flags"])})
     for what, command, output in (("training", run["train"], "train.out"), ("evaluating", run["evaluate"], "eval.out")):
         with open(folder / output, "w", encoding="utf-8") as out:
             status = run_passing_signals(command, out, lock_fds)
