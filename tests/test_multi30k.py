@@ -253,3 +253,32 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
     (out / "runs" / "transformer" / "seed1").mkdir(parents=True)
     with pytest.raises(SystemExit, match="holds runs with other settings"):
         module.main(["--raw-dir", str(raw), "--out", str(out), "--max-update", "7"])
+
+
+def test_a_run_is_finished_when_its_timing_record_is_whole(tmp_path):
+    """timing.json is written last; one cut short (a kill while a write of before, not yet atomic,
+    was under way) is redone, and a finished run of before (timing.json, then a done marker) is kept."""
+    from fairseq_csan.recipes.multi30k import finished
+
+    assert not finished(tmp_path)
+    (tmp_path / "timing.json").write_text('{"train_s": 1.5, "tot')
+    assert not finished(tmp_path)
+    (tmp_path / "timing.json").write_text('{"train_s": 1.5, "total_s": 2.0}\n')
+    (tmp_path / "done").write_text("")
+    assert finished(tmp_path)
+
+
+def test_the_settings_of_an_earlier_version_are_other_settings(tmp_path, monkeypatch):
+    """A settings.json that an earlier version wrote with a setting this one no longer keeps
+    (its "jobs") is read as other settings, not as a damaged file."""
+    from fairseq_csan.recipes import multi30k as module
+
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            write(raw / f"{split}.{lang}", ["a"])
+    (out / "runs" / "transformer" / "seed1").mkdir(parents=True)
+    (out / "settings.json").write_text(json.dumps({"raw_dir": str(raw.resolve()), "jobs": 2}))
+    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
+    with pytest.raises(SystemExit, match="holds runs with other settings"):
+        module.main(["--raw-dir", str(raw), "--out", str(out)])

@@ -104,10 +104,14 @@ def test_parse_types_the_options_and_names_a_bad_one():
                           (["--data", ""], "--data needs a folder"), (["--seed", "-1"], "--seed must be a whole number, got '-1'"),
                           (["--share", "most"], "--share must be auto, all, decoder or none, got 'most'"),
                           (["--dat", "x"], "unknown argument '--dat'"),  # no abbreviations
-                          (["--dry-run=1"], "--dry-run: ignored explicit argument '1'")):
+                          (["--dry-run=1"], "unknown argument '--dry-run=1'"), (["-hx"], "unknown argument '-hx'"),
+                          (["--foo", "--gpus", "x"], "unknown argument '--foo'")):  # unknown before bad values
         with pytest.raises(kit.Refused) as refused:
             kit.parse(argv)
         assert str(refused.value).startswith(message), (argv, str(refused.value))
+    with pytest.raises(SystemExit) as stopped:  # the help, wherever it stands among the options
+        kit.parse(["--gpus", "x", "--help"])
+    assert stopped.value.code == 0
 
 
 def test_check_options_names_what_is_missing_or_excluded():

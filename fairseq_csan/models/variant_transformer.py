@@ -167,7 +167,8 @@ class ContextTransformerDecoder(TransformerDecoder):
 
 def apply_variant_defaults(args, big: bool):
     """Fill in the settings of ``args.encoder_self_attention`` that no flag gave (the papers'
-    values, see each variant's ``defaults``); a variant goes in the lowest 3 encoder layers
+    values: the ``default`` and ``big_default`` of each
+    ``registry.Option`` in the variant's ``OPTIONS``); a variant goes in the lowest 3 encoder layers
     unless --csan-layers says otherwise."""
     variant = args.encoder_self_attention
     if getattr(args, "csan_layers", None) is None:

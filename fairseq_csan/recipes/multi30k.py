@@ -176,10 +176,19 @@ def call(command, log_path, env):
         raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
 
 
+def finished(run) -> bool:
+    """The run's timing record (written last) is there and whole; one cut short by a kill (as
+    one written before the kit's writes were atomic may be) is redone."""
+    try:
+        return TIMING.read(run) is not None
+    except Damaged:
+        return False
+
+
 def main_run(args, data, system, seed, env, sharing):
     """Train and evaluate one system with one seed; kept when already finished."""
     run = args.out / "runs" / system / f"seed{seed}"
-    if TIMING.exists(run):  # written last: the run is finished
+    if finished(run):
         return run, None
     run.mkdir(parents=True, exist_ok=True)
     started = time.time()

@@ -141,7 +141,9 @@ EVALUATION = Kind("evaluation", "evaluation.json", {
     "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
     "decoding": "text"}, old="evaluation.env", old_names={"checkpoint": "checkpoints"})
 SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"}, old="sweep.env")
+# open: a setting an earlier version kept (its "jobs") is read, and compares as other settings
 REPRODUCTION = Kind("reproduction", "settings.json", {
-    "raw_dir": "text", "max_update": "int", "merges": "int", "model": "json", "training": "json", "device": "text"})
+    "raw_dir": "text", "max_update": "int", "merges": "int", "model": "json", "training": "json", "device": "text"},
+    open_fields=True)
 TIMING = Kind("timing", "timing.json", {"train_s": "float", "total_s": "float"}, open_fields=True)
 KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING)

@@ -64,7 +64,8 @@ class PreparedTask:
         settings = complete(read_settings(root))
         for key in ("task", "src", "tgt"):
             if not settings.get(key):
-                raise NotATask(f"{root}'s task record names no {key} (prepare it again with the command that made it)")
+                shown = TASK.path(root) if TASK.path(root).is_file() else root / TASK.old
+                raise NotATask(f"{shown} names no {key} (prepare {root} again with the command that made it)")
         return cls(root, settings)
 
     def __getattr__(self, key):

@@ -154,7 +154,9 @@ def parse(argv: List[str]) -> argparse.Namespace:
     """The options, typed (numbers are ints; an option not given is None or its default); the
     words after ``--`` are ``extra``, for fairseq-train."""
     # the word after an option that takes a value is its value, whatever it looks like ("-x"),
-    # but for --, which ends the options (the option then needs its value)
+    # but for --, which ends the options (the option then needs its value); --option=value too.
+    # As the words come: --help prints the usage, and an unknown word is refused before any
+    # value is checked
     words, extra, i = [], [], 0
     while i < len(argv):
         if argv[i] == "--":
@@ -163,22 +165,21 @@ def parse(argv: List[str]) -> argparse.Namespace:
         if argv[i] in VALUED and i + 1 < len(argv) and argv[i + 1] != "--":
             words.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
-        else:
-            words.append(argv[i])
-            i += 1
+            continue
+        if argv[i] in ("-h", "--help"):
+            print(USAGE, end="")
+            raise SystemExit(0)
+        if argv[i] not in (*VALUED, "--dry-run", "--cpu-tiny") and argv[i].split("=", 1)[0] not in VALUED:
+            print(USAGE, end="", file=sys.stderr)
+            raise Refused(f"unknown argument '{argv[i]}' (fairseq-train arguments go after --)")
+        words.append(argv[i])
+        i += 1
     parser = _Parser(prog="scripts/train.sh", add_help=False, allow_abbrev=False)
     for flag, (dest, what) in VALUED.items():
         parser.add_argument(flag, dest=dest, type=_value(flag, what), default=DEFAULTS.get(dest))
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--cpu-tiny", dest="tiny", action="store_true")
-    parser.add_argument("-h", "--help", action="store_true")
-    opts, unknown = parser.parse_known_args(words)
-    if opts.help:
-        print(USAGE, end="")
-        raise SystemExit(0)
-    if unknown:
-        print(USAGE, end="", file=sys.stderr)
-        raise Refused(f"unknown argument '{unknown[0]}' (fairseq-train arguments go after --)")
+    opts = parser.parse_args(words)
     opts.extra = extra
     return opts
 
@@ -421,6 +422,7 @@ def fairseq_arguments(o, layout: Layout, data: Data, hp: dict) -> List[str]:
 def build(o) -> dict:
     """Check the options and build the command: a plan with cmd, identity, log and lock paths."""
     check_options(o)
+    data = read_data(o.data)
     hp = read_hparams(o.hparams)
     papers = hp["all_sizes"]["gpus"]
     visible = None
@@ -429,7 +431,6 @@ def build(o) -> dict:
 
         visible = torch.cuda.device_count()
     layout = process_layout(o, papers, visible)
-    data = read_data(o.data)
     cmd = fairseq_arguments(o, layout, data, hp)
     warnings = [] if o.tiny else batch_warning(layout, papers, o.max_tokens or hp["all_sizes"]["max_tokens"])
     check_arch(o.arch)
@@ -512,7 +513,7 @@ def write_identity(save: Path, identity: dict) -> None:
     try:
         held = RUN.read(save)
     except DamagedRecord as e:
-        raise Refused(str(e))
+        raise Refused(f"{e}; give a new --save-dir")
     if held is not None and held != identity:
         shown = RUN.path(save) if RUN.path(save).is_file() else save / RUN.old
         raise Refused(f"{save} holds another run (see {shown}); give a new --save-dir")
