@@ -1,7 +1,8 @@
 """examples/quickstart.sh: the task recipes' pipeline at a small size (toy corpus or Multi30k ->
-fairseq_csan.recipes.prepare -> scripts/train.sh -> scripts/evaluate.sh -> export.py), for every
-architecture family; its settings checked before anything is written; then fairseq-interactive
-and the hub interface on what it wrote."""
+fairseq_csan.recipes.prepare -> scripts/train.sh -> scripts/evaluate.sh -> export.py); its
+settings checked before anything is written; then fairseq-interactive and the hub interface on
+what it wrote. Its training, evaluation and export for every architecture family, on one
+Multi30k subset prepared once."""
 
 import json
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, shared_corpus
+from recipe_helpers import run
 from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
 
 QUICKSTART = REPO / "examples" / "quickstart.sh"
@@ -202,37 +204,71 @@ def multi30k_subset(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def variants_work(tmp_path_factory):
-    """One work folder for every variant: BPE and binarisation run once, then are skipped."""
-    return tmp_path_factory.mktemp("variants")
+def multi30k_task(multi30k_subset, tmp_path_factory):
+    """The subset prepared once, as the quick start prepares a Multi30k folder (its step 2:
+    examples/multi30k/prepare.sh, 1000 merges), for every variant below."""
+    data = tmp_path_factory.mktemp("multi30k_task") / "data"
+    run(["bash", "examples/multi30k/prepare.sh", "--raw-dir", multi30k_subset, "--out", data, "--merges", 1000,
+         "--no-download"])
+    return data
+
+
+def train_evaluate_export(data: Path, work: Path, arch: str, flags=()):
+    """The quick start's steps 3 to 5 for ``arch`` on a prepared task: its small model (32 wide, a
+    variant in the lower 2 of 3 encoder layers) trained for 15 updates on the CPU by
+    scripts/train.sh (fairseq-train --user-dir), the last checkpoints averaged and the test set
+    decoded with beam 4 by the evaluation (fairseq-generate --user-dir), the model folder
+    exported, and one sentence translated through fairseq's hub interface of that folder. The
+    quick start itself, its output and its one-liner: the toy-corpus tests above. Returns the
+    training log, fairseq-generate's output and the translation."""
+    from fairseq.models.transformer import TransformerModel
+
+    from fairseq_csan.__main__ import variant
+    from fairseq_csan.recipes import evaluate, export
+
+    ckpt, results, model = work / "checkpoints", work / "results", work / "model"
+    layers = [] if variant(arch) in ("none", "standard") else ["--csan-layers", "2"]
+    run(["bash", "scripts/train.sh", "--data", data, "--arch", arch, "--save-dir", ckpt, "--cpu-tiny", "--max-update",
+         15, "--", "--encoder-layers", 3, "--decoder-layers", 3, "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
+         "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64, "--encoder-attention-heads", 4,
+         "--decoder-attention-heads", 4, *layers, "--dropout", 0.1, "--lr", 1.5e-3, "--warmup-updates", 100,
+         "--clip-norm", 1.0, "--max-tokens", 2048, "--update-freq", 1, "--save-interval-updates", 2,
+         "--log-interval", 50, *flags])
+    assert (ckpt / "checkpoint_last.pt").is_file()
+    last = min(5, len(list(ckpt.glob("checkpoint_*_*.pt"))))
+    evaluate.main(["--data", str(data), "--checkpoints", str(ckpt), "--out", str(results), "--last", str(last), "--cpu"])
+    hyp = lines_of(results / "hyp.detok")
+    assert len(hyp) == len(lines_of(data / "raw" / "test.en")) and "@@" not in " ".join(hyp)  # BPE was removed
+    scores = (results / "results.md").read_text()
+    assert re.search(r"^- sacreBLEU \(detokenised\): BLEU = \d+\.\d+ ", scores, re.M), scores
+    assert re.search(r"^- chrF \(detokenised\): chrF2 = \d+\.\d+", scores, re.M), scores
+    export.main(["--data", str(data), "--checkpoint", str(results / "averaged.pt"), "--out", str(model)])
+    assert (model / "model.pt").is_file() and (model / "bpecodes").is_file()
+    sentence = lines_of(data / "raw" / "test.en")[0]
+    translation = TransformerModel.from_pretrained(str(model)).translate(sentence)
+    assert translation.strip()
+    train_log = (ckpt / "train.log").read_text()
+    assert "done training" in train_log and "| valid |" in train_log  # trained, and validated on the way
+    return train_log, (results / "generate.txt").read_text(), translation
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(set(SELF_ATTENTION_VARIANTS) - {"standard"}))
-def test_every_variant_trains_and_translates_multi30k(variant, multi30k_subset, variants_work):
-    """scripts/train.sh and evaluate.sh (fairseq-train, fairseq-generate --user-dir), for every registered variant."""
-    arch = f"transformer_{variant}"
-    out = run_quickstart(variants_work, CORPUS=str(multi30k_subset), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000",
-                         DEVICE="cpu")
-    check_outputs(variants_work, arch, 10, out)
-    log = (variants_work / "checkpoints" / arch / "train.log").read_text()
-    assert f"encoder_self_attention='{variant}'" in log and "csan_layers=2" in log  # the quick start's setting
-    gen = (variants_work / "results" / arch / "generate.txt").read_text()
+def test_every_variant_trains_and_translates_multi30k(variant, multi30k_task, tmp_path):
+    """scripts/train.sh and the evaluation (fairseq-train, fairseq-generate --user-dir), averaging,
+    the model folder and the hub interface, for every registered variant, as the quick start runs them."""
+    train_log, gen, _ = train_evaluate_export(multi30k_task, tmp_path, f"transformer_{variant}")
+    assert f"encoder_self_attention='{variant}'" in train_log and "csan_layers=2" in train_log  # the quick start's
     assert "Generate test with beam=4" in gen
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", ["", "--ctx-side decoder", "--ctx-side both"])
-def test_context_aware_trains_and_translates_multi30k(flags, multi30k_subset, tmp_path):
+def test_context_aware_trains_and_translates_multi30k(flags, multi30k_task, tmp_path):
     """Encoder side, decoder side (incremental decoding in fairseq-generate) and both."""
-    arch = "transformer_ctxaware"
-    work = tmp_path / "work"
-    out = run_quickstart(work, CORPUS=str(multi30k_subset), ARCH=arch, MAX_UPDATE="15", BPE_MERGES="1000",
-                         MODEL_FLAGS=flags, DEVICE="cpu")
-    check_outputs(work, arch, 10, out)
+    train_log, gen, _ = train_evaluate_export(multi30k_task, tmp_path, "transformer_ctxaware", flags.split())
     side = flags.split()[-1] if flags else "encoder"
-    assert f"ctx_side='{side}'" in (work / "checkpoints" / arch / "train.log").read_text()
-    gen = (work / "results" / arch / "generate.txt").read_text()
+    assert f"ctx_side='{side}'" in train_log
     assert "Generate test with beam=4" in gen
 
 
