@@ -72,25 +72,13 @@ show() { printf '+'; printf ' %q' "$@"; echo; [ "$DRY_RUN" = 1 ] || "$@"; }  # p
 
 # the settings, checked before anything is written
 command -v fairseq-train >/dev/null || die "fairseq-train not found; install first: bash scripts/install.sh"
-# our variants go in the lower 2 encoder layers; fairseq's own architectures and ours without
-# a variant (transformer_ctxaware) take no --csan-layers
-VARIANT=$(python -m fairseq_csan variant "$ARCH" 2>/dev/null) \
-  || die "$(python -m fairseq_csan variant "$ARCH" 2>&1 | grep -v '^INFO' | tail -1)"
-LAYER_FLAGS=()
-case "$VARIANT" in none|standard) ;; *) LAYER_FLAGS=(--csan-layers 2) ;; esac
-case "$DEVICE" in
-  auto) DEVICE=cpu; python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" && DEVICE=cuda ;;
-  cpu) ;;
-  cuda) python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
-          || die "DEVICE=cuda: torch sees no CUDA device here; DEVICE=cpu (or auto) trains on the CPU" ;;
-  *) die "DEVICE must be auto, cpu or cuda, got '$DEVICE'" ;;
-esac
 for n in SRC TGT; do
   [[ "${!n}" =~ ^[a-z]{2,3}(_[A-Za-z0-9]+)?$ ]] || die "$n must be a language code as the files' suffix (en, fr, zh, pt_BR), got '${!n}'"
 done
 [ "$SRC" != "$TGT" ] || die "SRC and TGT are both $SRC: give two languages"
 [ -n "$CORPUS" ] || [ "$SRC-$TGT" = en-de ] || [ "$SRC-$TGT" = de-en ] \
   || die "SRC=$SRC TGT=$TGT: the toy corpus is English-German (en-de or de-en); give CORPUS=DIR for another pair"
+case "$DEVICE" in auto|cpu|cuda) ;; *) die "DEVICE must be auto, cpu or cuda, got '$DEVICE'" ;; esac
 for n in FORCE DRY_RUN; do
   case "${!n}" in 0|1) ;; *) die "$n must be 0 or 1, got '${!n}'" ;; esac
 done
@@ -115,6 +103,19 @@ if [ -n "$CORPUS" ]; then
   [ ${#TESTS[@]} -gt 0 ] || die "CORPUS=$CORPUS holds no test set test*.$SRC (with its test*.$TGT)"
   for f in "${TESTS[@]}"; do need "$f"; done
 fi
+# (these two ask Python, so they come after the checks above, which do not)
+# our variants go in the lower 2 encoder layers; fairseq's own architectures and ours without
+# a variant (transformer_ctxaware) take no --csan-layers
+VARIANT=$(python -m fairseq_csan variant "$ARCH" 2>/dev/null) \
+  || die "$(python -m fairseq_csan variant "$ARCH" 2>&1 | grep -v '^INFO' | tail -1)"
+LAYER_FLAGS=()
+case "$VARIANT" in none|standard) ;; *) LAYER_FLAGS=(--csan-layers 2) ;; esac
+case "$DEVICE" in
+  auto) DEVICE=cpu; python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" && DEVICE=cuda ;;
+  cpu) ;;
+  cuda) python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
+          || die "DEVICE=cuda: torch sees no CUDA device here; DEVICE=cpu (or auto) trains on the CPU" ;;
+esac
 FORCE_FLAG=()
 [ "$FORCE" = 1 ] && FORCE_FLAG=(--force)
 
