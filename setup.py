@@ -60,6 +60,7 @@ setup(
         # torch.utils.tensorboard); installed by scripts/install.sh. W&B (--wandb-project) needs
         # `pip install wandb` besides.
         "logging": LOGGING,
-        "test": ["pytest>=7", *RECIPES, *ANALYSIS],
+        # pytest-xdist: the suite runs on every core (README: Tests)
+        "test": ["pytest>=7", "pytest-xdist>=3", *RECIPES, *ANALYSIS],
     },
 )

@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # the suite's workers (pytest -n N, README: Tests) each take one core: one thread in each
+    # worker and in every process a test starts, so no core runs two busy thread pools
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
+import torch  # noqa: E402
 
 import fairseq_csan  # noqa: F401  (registers the architectures)
 from fairseq import options
