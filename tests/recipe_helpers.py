@@ -21,6 +21,42 @@ def run(command, check=True, **kwargs):
     return done
 
 
+def in_process(main, argv, check=True, cwd=REPO):
+    """A kit command's ``main(argv)`` in this process, from ``cwd`` (the repository root, where
+    ``run`` starts its door (each ``scripts/*.sh`` is one ``python -m`` call, run as a process by other
+    tests): the same CompletedProcess, without a Python start and fairseq import (about 4 s) of
+    its own, for tests that go over many option lists of one command."""
+    import contextlib
+    import io
+
+    out, err, code, back = io.StringIO(), io.StringIO(), 0, os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main([str(a) for a in argv])
+            except SystemExit as stop:
+                if isinstance(stop.code, str):  # as Python ends: the message on standard error, exit 1
+                    print(stop.code, file=sys.stderr)
+                    code = 1
+                else:
+                    code = stop.code or 0
+    finally:
+        os.chdir(back)
+    done = subprocess.CompletedProcess([str(a) for a in argv], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"{argv} failed ({code}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+    return done
+
+
+def train_main(*argv, check=True):
+    """scripts/train.sh ARGV (fairseq_csan.recipes.train), in this process: for --dry-run and
+    refusals, which start nothing."""
+    from fairseq_csan.recipes import train
+
+    return in_process(train.main, argv, check)
+
+
 def python_m(*args, cwd):
     """python -m fairseq_csan ARGS, run from ``cwd``, with this checkout's package (first on
     PYTHONPATH: an installed copy elsewhere, editable or not, is not the code under test)."""

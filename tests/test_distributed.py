@@ -19,7 +19,7 @@ import torch
 from conftest import (REPO, TIMEOUT, TOLERANCE, TRAIN, TRAIN_TINY as TINY, environment, free_port,
                       largest_difference, launch, parameters, succeed)
 from fairseq_csan import data_parallel
-from recipe_helpers import fake_task, run
+from recipe_helpers import fake_task, run, train_main
 
 @pytest.fixture(scope="module")
 def single_process(data_bin, tmp_path_factory):
@@ -282,8 +282,7 @@ def fake_data(tmp_path):
 
 
 def dry_run(data, *options):
-    done = run(["bash", "scripts/train.sh", "--data", data, "--arch", "transformer", "--save-dir", "/ckpt",
-                "--dry-run", *options])
+    done = train_main("--data", data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *options)
     return done.stdout.strip(), done.stderr
 
 
@@ -358,8 +357,8 @@ def test_update_freq_keeps_8_x_4096_tokens_per_update(fake_data):
     (["--cpu-tiny", "--launcher", "slurm"], "--cpu-tiny alone is one CPU process"),
 ])
 def test_bad_data_parallel_options(fake_data, options, message):
-    done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt",
-                "--dry-run", *options], check=False)
+    done = train_main("--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *options,
+                    check=False)
     assert done.returncode == 2 and message in done.stderr
 
 

@@ -144,7 +144,11 @@ def test_gpu_check_says_no_gpu_first_and_its_dry_run_names_a_missing_input(tmp_p
     (["--fast"], "unrecognized arguments: --fast"),
 ])
 def test_gpu_check_bad_options(options, message):
-    done = gpu_check("--dry-run", *options)
+    from recipe_helpers import in_process
+
+    from fairseq_csan.recipes import gpu_check as checker
+
+    done = in_process(checker.main, ["--dry-run", *options], check=False)  # scripts/gpu_check.sh's main
     assert done.returncode == 2 and message in done.stderr
 
 

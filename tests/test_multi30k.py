@@ -95,7 +95,11 @@ def test_seed_pooled_bootstrap_against_a_brute_force_reference():
     (["--max-update", "0"], "--max-update must be a positive whole number"),
 ])
 def test_bad_settings_are_refused_before_any_work(tmp_path, args, message):
-    done = run([sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--out", tmp_path / "out", *args], check=False)
+    from recipe_helpers import in_process
+
+    from fairseq_csan.recipes import multi30k
+
+    done = in_process(multi30k.main, ["--out", tmp_path / "out", *args], check=False)
     assert done.returncode == 2 and message in done.stderr
     assert not (tmp_path / "out").exists()
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import fake_task, lines, run, train_tiny, write
+from recipe_helpers import fake_task, lines, run, train_main, train_tiny, write
 
 from fairseq_csan.recipes import train as kit
 
@@ -34,8 +34,7 @@ def environment():
 
 
 def dry_run(data, *options, check=True):
-    done = run([*TRAIN_SH, "--data", data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *options],
-               check=check)
+    done = train_main("--data", data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *options, check=check)
     return done.stdout.strip(), done.stderr, done.returncode
 
 
@@ -570,7 +569,7 @@ def fake_data(tmp_path):
 
 
 def dry_run_arch(data, *extra):
-    done = run(["bash", "scripts/train.sh", "--data", data, "--save-dir", "/ckpt", "--dry-run", *extra])
+    done = train_main("--data", data, "--save-dir", "/ckpt", "--dry-run", *extra)
     return done.stdout.strip(), done.stderr
 
 
@@ -607,8 +606,8 @@ def test_separate_dictionaries_share_only_the_decoder_embeddings(fake_data):
     write(fake_data / "data-bin/dict.de.txt", ["c 5"])
     command, _ = dry_run_arch(fake_data, "--arch", "transformer")
     assert "--share-decoder-input-output-embed" in command and "--share-all-embeddings" not in command
-    done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer", "--save-dir", "/c",
-                "--dry-run", "--share", "all"], check=False)
+    done = train_main("--data", fake_data, "--arch", "transformer", "--save-dir", "/c", "--dry-run", "--share", "all",
+                    check=False)
     assert done.returncode == 2 and "--share all needs one joined dictionary" in done.stderr
 
 
@@ -627,16 +626,16 @@ def test_separate_dictionaries_share_only_the_decoder_embeddings(fake_data):
     (["--max-tokens", "0"], "--max-tokens must be 1 or more"),
 ])
 def test_train_script_bad_arguments(fake_data, args, message):
-    done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer",
-                "--save-dir", "/ckpt", "--dry-run", *args], check=False)
+    done = train_main("--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *args,
+                    check=False)
     assert done.returncode == 2 and message in done.stderr
 
 
 def test_max_tokens_takes_effect_with_cpu_tiny(fake_data):
     """--max-tokens changes the tiny run's command (it was once replaced by the tiny default)."""
     def tokens(*extra):
-        done = run(["bash", "scripts/train.sh", "--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt",
-                    "--dry-run", "--cpu-tiny", *extra])
+        done = train_main("--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", "--cpu-tiny",
+                        *extra)
         words = done.stdout.split()
         return [words[i + 1] for i, w in enumerate(words) if w == "--max-tokens"]
 

@@ -60,7 +60,11 @@ def test_undecodable_input_is_named_by_file_and_line_before_any_work(tmp_path):
 ])
 def test_bad_command_lines_stop_early(tmp_path, extra, message):
     (tmp_path / "x").write_text("a\n", encoding="utf-8")
-    done = subprocess.run(TRANSLATE + fake_model(tmp_path) + extra, capture_output=True, text=True, cwd=tmp_path)
+    from recipe_helpers import in_process
+
+    from fairseq_csan.recipes import translate
+
+    done = in_process(translate.main, fake_model(tmp_path) + extra, check=False, cwd=tmp_path)  # scripts/translate.py's
     assert done.returncode == 2 and message in done.stderr
 
 
