@@ -22,10 +22,11 @@ def run(command, check=True, **kwargs):
 
 
 def in_process(main, argv, check=True, cwd=REPO):
-    """A kit command's ``main(argv)`` in this process, from ``cwd`` (the repository root, where
-    ``run`` starts its door (each ``scripts/*.sh`` is one ``python -m`` call, run as a process by other
-    tests): the same CompletedProcess, without a Python start and fairseq import (about 4 s) of
-    its own, for tests that go over many option lists of one command."""
+    """A kit command's ``main(argv)`` in this process, run from ``cwd`` (by default the repository
+    root, where ``run`` starts the command's door: each ``scripts/*.sh`` is one ``python -m``
+    call, which other tests run as a process). Returns the CompletedProcess that the door would
+    give, without the door's Python start and fairseq import (about 4 s): for tests that go over
+    many option lists of one command."""
     import contextlib
     import io
 
