@@ -9,29 +9,42 @@ from pathlib import Path
 from conftest import REPO
 
 
-def run(command, check=True, **kwargs):
-    """Run a recipe with this Python's tools first on PATH; returns the CompletedProcess."""
+def door_environment():
+    """The environment ``run`` gives a recipe: this Python's tools first on PATH, and none of the
+    variables that point the recipes at raw corpora."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     for name in ("WMT14_RAW", "WMT17_RAW", "ASPEC_JE", "MULTI30K"):
         env.pop(name, None)
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, cwd=REPO, **kwargs)
+    return env
+
+
+def run(command, check=True, **kwargs):
+    """Run a recipe with this Python's tools first on PATH; returns the CompletedProcess."""
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=door_environment(), cwd=REPO,
+                          **kwargs)
     if check and done.returncode != 0:
         raise AssertionError(f"{command} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     return done
 
 
 def in_process(main, argv, check=True, cwd=REPO):
-    """A kit command's ``main(argv)`` in this process, run from ``cwd`` (by default the repository
-    root, where ``run`` starts the command's door: each ``scripts/*.sh`` is one ``python -m``
-    call, which other tests run as a process). Returns the CompletedProcess that the door would
-    give, without the door's Python start and fairseq import (about 4 s): for tests that go over
-    many option lists of one command."""
+    """A kit command's ``main(argv)`` in this process, with the environment ``run`` gives and from
+    ``cwd`` (by default the repository root, where ``run`` starts the command's door; each door
+    in ``scripts/`` ends in one ``python`` call, which other tests run as a process). Returns a
+    CompletedProcess: the exit code (SystemExit's), and what main wrote to standard output and
+    error; not what Python and fairseq print as they start, which the door tests see. It saves the
+    door's Python start and fairseq import (about 4 s), for tests that go over many option lists of
+    one command; main must end without work that only the end of a process undoes (locks held to
+    the end), as --dry-run and refusals do."""
     import contextlib
     import io
 
-    out, err, code, back = io.StringIO(), io.StringIO(), 0, os.getcwd()
+    out, err, code, back, environ = io.StringIO(), io.StringIO(), 0, os.getcwd(), dict(os.environ)
+    door = door_environment()
     try:
+        os.environ.clear()
+        os.environ.update(door)
         os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -44,6 +57,8 @@ def in_process(main, argv, check=True, cwd=REPO):
                     code = stop.code or 0
     finally:
         os.chdir(back)
+        os.environ.clear()
+        os.environ.update(environ)
     done = subprocess.CompletedProcess([str(a) for a in argv], code, out.getvalue(), err.getvalue())
     if check and code != 0:
         raise AssertionError(f"{argv} failed ({code}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")

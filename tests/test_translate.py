@@ -59,12 +59,13 @@ def test_undecodable_input_is_named_by_file_and_line_before_any_work(tmp_path):
     (["--input", "x", "--batch-size", "0"], "--batch-size must be a positive whole number, got 0"),
 ])
 def test_bad_command_lines_stop_early(tmp_path, extra, message):
-    (tmp_path / "x").write_text("a\n", encoding="utf-8")
     from recipe_helpers import in_process
 
     from fairseq_csan.recipes import translate
 
-    done = in_process(translate.main, fake_model(tmp_path) + extra, check=False, cwd=tmp_path)  # scripts/translate.py's
+    (tmp_path / "x").write_text("a\n", encoding="utf-8")
+    # scripts/translate.py's main, in this process
+    done = in_process(translate.main, fake_model(tmp_path) + extra, check=False, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr
 
 
