@@ -35,13 +35,16 @@ def in_process(main, argv, check=True, cwd=REPO):
     CompletedProcess: the exit code (SystemExit's), and what main wrote to standard output and
     error; not what Python and fairseq print as they start, which the door tests see. It saves the
     door's Python start and fairseq import (about 4 s), for tests that go over many option lists of
-    one command; main must end without work that only the end of a process undoes (locks held to
-    the end), as --dry-run and refusals do."""
+    one command. An output lock that main holds to the end of its process is released when main
+    returns, as the end of the process would release it; main must leave nothing else for the
+    end of a process to undo (train.main's signal handlers and trainer do: use its door)."""
     import contextlib
     import io
 
+    from fairseq_csan.recipes.ownership import _HELD
+
     out, err, code, back, environ = io.StringIO(), io.StringIO(), 0, os.getcwd(), dict(os.environ)
-    door = door_environment()
+    door, held = door_environment(), set(_HELD)
     try:
         os.environ.clear()
         os.environ.update(door)
@@ -56,6 +59,8 @@ def in_process(main, argv, check=True, cwd=REPO):
                 else:
                     code = stop.code or 0
     finally:
+        for path in set(_HELD) - held:  # what the end of main's process would release
+            _HELD[path].release()
         os.chdir(back)
         os.environ.clear()
         os.environ.update(environ)
@@ -63,6 +68,25 @@ def in_process(main, argv, check=True, cwd=REPO):
     if check and code != 0:
         raise AssertionError(f"{argv} failed ({code}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     return done
+
+
+def module_main(module: str):
+    """``python -m MODULE`` as a function of its arguments, for ``in_process``: the module run as
+    ``__main__`` with ``sys.argv`` set (for commands whose main reads sys.argv itself)."""
+    import runpy
+    import warnings
+
+    def main(argv):
+        saved = sys.argv
+        sys.argv = [module, *argv]
+        try:
+            with warnings.catch_warnings():  # runpy's note that the package had imported the module
+                warnings.simplefilter("ignore", RuntimeWarning)
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+        finally:
+            sys.argv = saved
+
+    return main
 
 
 def train_main(*argv, check=True):
@@ -199,11 +223,17 @@ def aspec_folder(root, kftt):
 
 
 def hold_lock(target, folder):
-    """Another process holding the writer lock on ``target``, until it is killed."""
-    code = ("import sys, time; from fairseq_csan.recipes.ownership import WriterLock; "
-            f"WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); print('held', flush=True); "
-            "time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    """Another process holding the writer lock on ``target``, until it is killed. It loads
+    ownership.py (standard library only) by its path, so that it starts without importing the
+    package, and with it fairseq (about 4 s)."""
+    code = ("import importlib.util, sys, time; "
+            "spec = importlib.util.spec_from_file_location('ownership', sys.argv[2]); "
+            "ownership = importlib.util.module_from_spec(spec); spec.loader.exec_module(ownership); "
+            f"ownership.WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); "
+            "print('held', flush=True); time.sleep(600)")
+    ownership = REPO / "fairseq_csan" / "recipes" / "ownership.py"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(target), str(ownership)], stdout=subprocess.PIPE,
+                              text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
