@@ -67,11 +67,50 @@ def all_commands():
                 yield doc, command
 
 
+def kit_module(program: tuple):
+    """The module of this package a program runs, and the words it puts before the user's: for
+    ``python -m fairseq_csan...``, for a script of scripts/ that calls its module's main, and for
+    a door whose last line runs one (``exec python -m MODULE WORDS "$@"``, or train.sh's runpy of
+    its module); None for any other program."""
+    if program[:2] == ("python", "-m") and program[2].startswith("fairseq_csan"):
+        return program[2], []
+    if program[0] == "python" and program[1].startswith("scripts/") and program[1].endswith(".py"):
+        script = (REPO / program[1]).read_text(encoding="utf-8")
+        found = re.search(r"^from (fairseq_csan[\w.]*) import main$", script, re.M)
+        if found:  # a script under its old name: its module's main
+            return found.group(1), []
+    if program[0] == "bash" and program[1].endswith(".sh"):
+        door = (REPO / program[1]).read_text(encoding="utf-8")
+        found = re.search(r'^exec python -m (fairseq_csan[\w.]*)((?: [\w-]+)*) "\$@"\Z', door.rstrip(), re.M)
+        if found:
+            return found.group(1), found.group(2).split()
+        found = re.search(r'runpy\.run_module\("(fairseq_csan[\w.]*)", run_name="__main__"\)\' "\$@"\Z', door.rstrip())
+        if found:
+            return found.group(1), []
+    return None
+
+
 @lru_cache(maxsize=None)
 def help_text(program: tuple) -> str:
-    done = subprocess.run([*program, "--help"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    """What ``PROGRAM --help`` prints. The kit's own commands run in this process (their door's
+    module, as ``python -m`` runs it: the same parser, without a Python start and a fairseq import
+    each); every other program as a process."""
+    module = kit_module(program)
+    if module is not None:
+        from recipe_helpers import in_process, module_main
+
+        done = in_process(module_main(module[0]), [*module[1], "--help"], check=False)
+    else:
+        done = subprocess.run([*program, "--help"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, f"{' '.join(program)} --help failed:\n{done.stderr[-2000:]}"
     return done.stdout + done.stderr
+
+
+@lru_cache(maxsize=None)
+def install_dry_run(settings: tuple):
+    """scripts/install.sh --dry-run with the settings (VAR=value) a documented command gives it."""
+    return subprocess.run(["bash", "scripts/install.sh", "--dry-run"], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **dict(settings)}, timeout=60)
 
 
 def lists_option(help_text_, flag):
@@ -160,8 +199,7 @@ def test_every_command_names_real_scripts_flags_and_paths():
                          if not lists_option(known, flag)]
             rest = rest[:rest.index("--")]
         elif program == ("bash", "scripts/install.sh"):
-            dry = subprocess.run(["bash", "scripts/install.sh", "--dry-run"], capture_output=True, text=True,
-                                 cwd=REPO, env={**os.environ, **env}, timeout=60)
+            dry = install_dry_run(tuple(sorted(env.items())))
             if dry.returncode != 0:
                 problems.append(f"{where}: install.sh --dry-run fails: {dry.stderr[-300:]}")
             if "TORCH_INDEX" in env and f"--index-url {env['TORCH_INDEX']}" not in dry.stdout:
