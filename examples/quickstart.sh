@@ -103,17 +103,18 @@ if [ -n "$CORPUS" ]; then
   [ ${#TESTS[@]} -gt 0 ] || die "CORPUS=$CORPUS holds no test set test*.$SRC (with its test*.$TGT)"
   for f in "${TESTS[@]}"; do need "$f"; done
 fi
-# (these two ask Python, so they come after the checks above, which do not)
-# our variants go in the lower 2 encoder layers; fairseq's own architectures and ours without
-# a variant (transformer_ctxaware) take no --csan-layers
-VARIANT=$(python -m fairseq_csan variant "$ARCH" 2>/dev/null) \
+# (this asks Python, so it comes after the checks above, which do not): the architecture's
+# variant and whether torch sees a CUDA device. Our variants go in the lower 2 encoder layers;
+# fairseq's own architectures and ours without a variant (transformer_ctxaware) take no --csan-layers
+FACTS=$(python -m fairseq_csan variant "$ARCH" --device 2>/dev/null) \
   || die "$(python -m fairseq_csan variant "$ARCH" 2>&1 | grep -v '^INFO' | tail -1)"
+read -r VARIANT SEEN <<< "$FACTS"
 LAYER_FLAGS=()
 case "$VARIANT" in none|standard) ;; *) LAYER_FLAGS=(--csan-layers 2) ;; esac
 case "$DEVICE" in
-  auto) DEVICE=cpu; python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" && DEVICE=cuda ;;
+  auto) DEVICE=$SEEN ;;
   cpu) ;;
-  cuda) python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
+  cuda) [ "$SEEN" = cuda ] \
           || die "DEVICE=cuda: torch sees no CUDA device here; DEVICE=cpu (or auto) trains on the CPU" ;;
 esac
 FORCE_FLAG=()

@@ -7,6 +7,10 @@ usage:
                                         architecture: a name such as csan2d, 'standard' for our
                                         architectures without one (transformer_ctxaware), or
                                         'none' for fairseq's own architectures (transformer)
+  python -m fairseq_csan variant ARCH --device
+                                        the same, then the device a run would take: cuda when
+                                        torch sees a CUDA device, else cpu (both in one Python
+                                        start, for examples/quickstart.sh)
 """
 
 import argparse
@@ -38,8 +42,18 @@ def main(argv=None):
     sub.add_parser("user-dir", help="print the folder to give fairseq's --user-dir")
     v = sub.add_parser("variant", help="print the encoder self-attention variant of an architecture")
     v.add_argument("arch")
+    v.add_argument("--device", action="store_true",
+                   help="print a second word: cuda when torch sees a CUDA device, else cpu")
     args = parser.parse_args(argv)
-    print(user_dir() if args.command == "user-dir" else variant(args.arch))
+    if args.command == "user-dir":
+        print(user_dir())
+        return
+    words = [variant(args.arch)]
+    if args.device:
+        import torch
+
+        words.append("cuda" if torch.cuda.is_available() else "cpu")
+    print(" ".join(words))
 
 
 if __name__ == "__main__":

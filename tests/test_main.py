@@ -1,6 +1,9 @@
-"""fairseq_csan/__main__.py: python -m fairseq_csan user-dir | variant ARCH, from any folder."""
+"""fairseq_csan/__main__.py: python -m fairseq_csan user-dir | variant ARCH [--device], from any folder."""
 
 from pathlib import Path
+
+import pytest
+import torch
 
 from conftest import REPO
 from recipe_helpers import python_m
@@ -9,10 +12,25 @@ from recipe_helpers import python_m
 def test_user_dir_and_variant_from_any_folder(tmp_path):
     done = python_m("user-dir", cwd=tmp_path)
     assert done.returncode == 0 and Path(done.stdout.strip()) == REPO / "fairseq_csan"
-    assert python_m("variant", "transformer_csan2d", cwd=tmp_path).stdout.strip() == "csan2d"
-    assert python_m("variant", "transformer_relpos_big", cwd=tmp_path).stdout.strip() == "relpos"
-    assert python_m("variant", "transformer_ctxaware", cwd=tmp_path).stdout.strip() == "standard"
-    assert python_m("variant", "transformer", cwd=tmp_path).stdout.strip() == "none"
-    bad = python_m("variant", "transformer_csan3d", cwd=tmp_path)
-    assert bad.returncode != 0 and "unknown architecture 'transformer_csan3d'" in bad.stderr
-    assert "transformer_csan2d" in bad.stderr
+    seen = "cuda" if torch.cuda.is_available() else "cpu"
+    assert python_m("variant", "transformer_csan2d", "--device", cwd=tmp_path).stdout.strip() == f"csan2d {seen}"
+
+
+@pytest.mark.parametrize("arch, printed", [("transformer_csan2d", "csan2d"), ("transformer_relpos_big", "relpos"),
+                                           ("transformer_ctxaware", "standard"), ("transformer", "none")])
+def test_variant_names_the_encoder_self_attention(arch, printed, capsys):
+    from fairseq_csan.__main__ import main
+
+    main(["variant", arch])
+    assert capsys.readouterr().out == f"{printed}\n"
+    main(["variant", arch, "--device"])
+    assert capsys.readouterr().out == f"{printed} {'cuda' if torch.cuda.is_available() else 'cpu'}\n"
+
+
+def test_an_unknown_architecture_is_refused_naming_ours():
+    from fairseq_csan.__main__ import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["variant", "transformer_csan3d", "--device"])
+    assert "unknown architecture 'transformer_csan3d'" in str(stop.value.code)
+    assert "transformer_csan2d" in str(stop.value.code)
