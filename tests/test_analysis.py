@@ -2,7 +2,6 @@
 
 import csv
 import json
-import sys
 
 import pytest
 
@@ -60,6 +59,17 @@ def test_length_bucket_bleu_by_hand():
     assert [r[6] for r in rows] == pytest.approx([100.0, 100.0, 0.0])
 
 
+def analysis(name, *argv):
+    """python -m fairseq_csan.recipes.analysis.NAME ARGV, in this process (its main, without a
+    Python start and a fairseq import); the first runs of ngram_gap and length_buckets below
+    are processes, as a user runs them."""
+    import importlib
+
+    from recipe_helpers import in_process
+
+    return in_process(importlib.import_module(f"fairseq_csan.recipes.analysis.{name}").main, argv, check=False)
+
+
 def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
     write(tmp_path / "ref", REF)
     write(tmp_path / "src", ["x y z", "x"])
@@ -81,8 +91,8 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
         rows = list(csv.DictReader(f))
     assert [(r["source length"], r["sentences"]) for r in rows] == [("1-1", "1"), ("3-3", "1")]
     assert (out / "length_buckets.png").stat().st_size > 1000
-    again = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
-                 tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out], check=False)
+    again = analysis("ngram_gap", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base", "--system",
+                     f"CSAN={tmp_path / 'sys'}", "--out", out)
     assert again.returncode != 0 and "exist; pass --force" in again.stderr
     assert not list(out.glob(".*.lock"))  # each run's lock is gone with it
     # a second run of one analysis into the same folder while one writes there: refused, naming it
@@ -90,16 +100,16 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
 
     holder = hold_lock(out / "ngram_gap.csv", False)
     try:
-        busy = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
-                    tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out, "--force"], check=False)
+        busy = analysis("ngram_gap", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base", "--system",
+                        f"CSAN={tmp_path / 'sys'}", "--out", out, "--force")
         assert busy.returncode != 0 and f"{out / 'ngram_gap.csv'} is being written by a test writer (pid {holder.pid}" \
             in busy.stderr
     finally:
         holder.kill()
         holder.wait()
     write(tmp_path / "one", ["a"])
-    bad = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
-               f"b={tmp_path / 'one'}", "--system", f"s={tmp_path / 'sys'}", "--out", tmp_path / "o3"], check=False)
+    bad = analysis("ngram_gap", "--ref", tmp_path / "ref", "--baseline", f"b={tmp_path / 'one'}", "--system",
+                   f"s={tmp_path / 'sys'}", "--out", tmp_path / "o3")
     assert bad.returncode != 0 and "b has 1 lines, the reference 2" in bad.stderr
 
 
@@ -153,8 +163,8 @@ def test_window_sweep_collects_runs_in_order(tmp_path):
     write(tmp_path / "sweep/unfinished/sweep.json", ['{"kind": "window", "value": 5}'])
     rows = window_sweep.collect(tmp_path / "sweep", "bleu_tok")
     assert [r[:3] for r in rows] == [["window", 3, 26.0], ["window", 11, 27.5], ["heads", 1, 27.7], ["heads", 3, 28.1]]
-    run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", tmp_path / "sweep", "--out", tmp_path / "out",
-         "--metric", "sacrebleu"])
+    assert analysis("window_sweep", "--sweep", tmp_path / "sweep", "--out", tmp_path / "out", "--metric",
+                    "sacrebleu").returncode == 0
     assert lines(tmp_path / "out/window_sweep.csv")[1] == "window,3,25.0,csan1d_window3"
     assert (tmp_path / "out/window_sweep.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="no evaluated runs"):
@@ -163,9 +173,8 @@ def test_window_sweep_collects_runs_in_order(tmp_path):
 
 def test_analysis_commands_name_a_missing_file(tmp_path):
     write(tmp_path / "hyp.txt", ["a b"])
-    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "missing.de",
-                "--baseline", f"base={tmp_path / 'hyp.txt'}", "--system", f"sys={tmp_path / 'hyp.txt'}",
-                "--out", tmp_path / "out"], check=False)
+    done = analysis("ngram_gap", "--ref", tmp_path / "missing.de", "--baseline", f"base={tmp_path / 'hyp.txt'}",
+                    "--system", f"sys={tmp_path / 'hyp.txt'}", "--out", tmp_path / "out")
     assert done.returncode != 0 and f"no file {tmp_path / 'missing.de'}" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -174,12 +183,12 @@ def test_gate_weights_checks_its_data_before_loading_a_model(tmp_path):
     not_a_checkpoint = tmp_path / "model.pt"
     not_a_checkpoint.write_bytes(b"not a checkpoint")  # loading it would fail with a traceback
     (tmp_path / "data").mkdir()
-    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.gate_weights", "--model", f"m={not_a_checkpoint}",
-                "--data", tmp_path / "data", "--out", tmp_path / "out"], check=False)
+    done = analysis("gate_weights", "--model", f"m={not_a_checkpoint}", "--data", tmp_path / "data", "--out",
+                    tmp_path / "out")
     assert done.returncode == 2 and "no dict.*.txt there" in done.stderr and "Traceback" not in done.stderr
     for lang in ("en", "de"):
         write(tmp_path / "data" / f"dict.{lang}.txt", ["a 1"])
         (tmp_path / "data" / f"valid.en-de.{lang}.bin").write_bytes(b"")
-    done = run([sys.executable, "-m", "fairseq_csan.recipes.analysis.gate_weights", "--model", f"m={not_a_checkpoint}",
-                "--data", tmp_path / "data", "--out", tmp_path / "out", "--pos", tmp_path / "tags.txt"], check=False)
+    done = analysis("gate_weights", "--model", f"m={not_a_checkpoint}", "--data", tmp_path / "data", "--out",
+                    tmp_path / "out", "--pos", tmp_path / "tags.txt")
     assert done.returncode == 2 and "--pos" in done.stderr and "no such file" in done.stderr

@@ -27,13 +27,24 @@ def gpu_check(*options, cwd=REPO, timeout=120):
                           text=True, env=environment(), cwd=cwd, timeout=timeout)
 
 
+def planned(*options, cwd=REPO):
+    """scripts/gpu_check.sh OPTIONS for what ends before any step runs (--dry-run, the refusals),
+    in this process: its main, without a Python start and a fairseq import. The door itself runs
+    in the tests of a real run below."""
+    from recipe_helpers import in_process
+
+    from fairseq_csan.recipes import gpu_check as checker
+
+    return in_process(checker.main, options, check=False, cwd=cwd)
+
+
 def listing(done):
     return dict(line.split(": ", 1) for line in done.stdout.splitlines())
 
 
 def test_gpu_check_lists_a_command_for_every_step():
-    done = gpu_check("--dry-run", "--out", "/o", "--multi30k-updates", "500", "--multi30k-jobs", "3",
-                     "--lengths-from", "/d/newstest2014", "--raw-dir", "/r")
+    done = planned("--dry-run", "--out", "/o", "--multi30k-updates", "500", "--multi30k-jobs", "3",
+                   "--lengths-from", "/d/newstest2014", "--raw-dir", "/r")
     assert done.returncode == 0, done.stderr
     steps = listing(done)
     benchmark = [f"benchmark-{mode}-{precision}" for precision in ("fp32", "fp16", "bf16")
@@ -52,17 +63,17 @@ def test_gpu_check_lists_a_command_for_every_step():
     for k, seeds in ((1, "1"), (2, "1,2"), (3, "1,2,3")):  # pieces: a finished run is kept by the next
         assert steps[f"multi30k-seed{k}"] == ("python -m fairseq_csan.recipes.multi30k --device cuda --jobs 3 "
                                               f"--model small --max-update 500 --seeds {seeds} --raw-dir /r --out /o/multi30k")
-    done = gpu_check("--dry-run", "--only", "tests")
+    done = planned("--dry-run", "--only", "tests")
     assert done.stdout.splitlines() == [f"tests: python -m pytest -rs -v {REPO}/tests/test_gpu.py"]
-    done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16")
+    done = planned("--dry-run", "--only", "benchmark", "--precisions", "fp16")
     assert [line.split(":")[0] for line in done.stdout.splitlines()] == [
         "benchmark-train-fp16", "benchmark-decode-fp16", "benchmark-crossover-fp16"]
     assert "--lengths-from" not in done.stdout  # the benchmark's own: the shipped newstest2014 lengths
 
 
 def test_the_rehearsal_is_the_same_steps_on_the_cpu_at_toy_size():
-    gpu = listing(gpu_check("--dry-run", "--out", "/o", "--raw-dir", "/r"))
-    cpu = listing(gpu_check("--dry-run", "--out", "/o", "--raw-dir", "/r", "--rehearse"))
+    gpu = listing(planned("--dry-run", "--out", "/o", "--raw-dir", "/r"))
+    cpu = listing(planned("--dry-run", "--out", "/o", "--raw-dir", "/r", "--rehearse"))
     assert list(cpu) == list(gpu) and cpu["tests"] == gpu["tests"]
     for name in gpu:
         if name != "tests":
@@ -70,7 +81,7 @@ def test_the_rehearsal_is_the_same_steps_on_the_cpu_at_toy_size():
     assert "--max-update 12 " in cpu["multi30k-seed1"] and "--encoder-embed-dim 32" in cpu["benchmark-train-fp16"]
     assert "--model small " in gpu["multi30k-seed1"] and "--max-update" not in gpu["multi30k-seed1"]  # its 8000
     assert "--model tiny " in cpu["multi30k-seed1"]
-    two = listing(gpu_check("--dry-run", "--raw-dir", "/r", "--only", "multi30k", "--multi30k-seeds", "2"))
+    two = listing(planned("--dry-run", "--raw-dir", "/r", "--only", "multi30k", "--multi30k-seeds", "2"))
     assert list(two) == ["multi30k-seed1", "multi30k-seed2"] and "--seeds 1,2 " in two["multi30k-seed2"]
 
 
@@ -93,23 +104,34 @@ def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only, capsys)
 
 
 def test_gpu_check_reads_relative_paths_from_where_it_is_called(tmp_path):
-    done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16", "--out", "o", "--lengths-from",
-                     "d/test", cwd=tmp_path)
+    done = planned("--dry-run", "--only", "benchmark", "--precisions", "fp16", "--out", "o", "--lengths-from",
+                   "d/test", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"--lengths-from {tmp_path}/d/test --out {tmp_path}/o/benchmark_train_fp16.md" in done.stdout
 
 
 def test_gpu_check_commands_run_as_listed():
     """Each listed benchmark command is one the benchmark accepts: on a machine without CUDA it
-    gets as far as the device check, which names the flag."""
-    done = gpu_check("--dry-run", "--only", "benchmark", "--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014")
-    for name, command in listing(done).items():
-        ran = subprocess.run(command, shell=True, capture_output=True, text=True, env=environment(), cwd=REPO,
-                             timeout=120) if not torch.cuda.is_available() else None
-        if ran is not None:
-            assert ran.returncode == 2 and ran.stderr.strip().splitlines()[-1] == (
-                "benchmark: error: --device cuda: no CUDA device here (torch.cuda.is_available() is False); "
-                "use --device cpu"), (name, ran.stderr[-2000:])
+    gets as far as the device check, which names the flag. The first runs as listed, in a shell;
+    the others as their words, in this process (the same parser, without a Python start each)."""
+    import shlex
+
+    from recipe_helpers import in_process, module_main
+
+    done = planned("--dry-run", "--only", "benchmark", "--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014")
+    for i, (name, command) in enumerate(listing(done).items()):
+        if torch.cuda.is_available():
+            break
+        if i == 0:
+            ran = subprocess.run(command, shell=True, capture_output=True, text=True, env=environment(), cwd=REPO,
+                                 timeout=120)
+        else:
+            python, m, module, *argv = shlex.split(command)
+            assert (python, m) == ("python", "-m"), command
+            ran = in_process(module_main(module), argv, check=False)
+        assert ran.returncode == 2 and ran.stderr.strip().splitlines()[-1] == (
+            "benchmark: error: --device cuda: no CUDA device here (torch.cuda.is_available() is False); "
+            "use --device cpu"), (name, ran.stderr[-2000:])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
@@ -122,14 +144,14 @@ def test_gpu_check_says_no_gpu_first_and_its_dry_run_names_a_missing_input(tmp_p
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "[gpu_check] error: no CUDA device here: these checks need a GPU (--dry-run lists them, --rehearse runs "
         "them at toy size on the CPU; the CPU-side checks are the normal test suite)"]
-    done = gpu_check("--dry-run", "--out", tmp_path / "o", *missing)
+    done = planned("--dry-run", "--out", tmp_path / "o", *missing)
     assert done.returncode == 0 and ("a run would stop before any GPU work: --lengths-from: no length source at "
                                      f"{tmp_path}/none.en") in done.stderr
-    done = gpu_check("--dry-run", "--out", tmp_path / "o", "--raw-dir", tmp_path / "no_m30k")
+    done = planned("--dry-run", "--out", tmp_path / "o", "--raw-dir", tmp_path / "no_m30k")
     assert f"--raw-dir: no Multi30k file {tmp_path}/no_m30k/train.en" in done.stderr
-    done = gpu_check("--rehearse", "--out", tmp_path / "o", "--raw-dir", tmp_path / "no_m30k")
+    done = planned("--rehearse", "--out", tmp_path / "o", "--raw-dir", tmp_path / "no_m30k")
     assert done.returncode == 2 and f"error: --raw-dir: no Multi30k file {tmp_path}/no_m30k/train.en" in done.stderr
-    done = gpu_check("--dry-run", "--out", tmp_path / "o", "--raw-dir", M30K)
+    done = planned("--dry-run", "--out", tmp_path / "o", "--raw-dir", M30K)
     assert done.returncode == 0 and "would stop" not in done.stderr  # the shipped lengths, the shared Multi30k
     assert not (tmp_path / "o").exists()
 

@@ -185,38 +185,51 @@ def evaluate(*args):
     return run(["bash", "scripts/evaluate.sh", *args], check=False)
 
 
+def refusal(module, *args):
+    """fairseq_csan.recipes.MODULE ARGS in this process (scripts/evaluate.sh's module for
+    evaluate): for a command refused before it writes, without a Python start and a fairseq
+    import. The runs above and below take the commands' doors."""
+    import importlib
+
+    from recipe_helpers import in_process
+
+    return in_process(importlib.import_module(f"fairseq_csan.recipes.{module}").main, args, check=False)
+
+
 @pytest.mark.slow
 def test_no_refused_command_changes_a_file_it_did_not_write(tree):
     """Each of these once deleted or replaced the user's files, or reported success for output
     that was not what was asked; now each is refused with one line naming the file or flag, and
-    the whole tree is unchanged."""
+    the whole tree is unchanged. (In this process: the refusals come before any work.)"""
     task, ck, ev, model = tree / "task", tree / "ck", tree / "ev", tree / "model"
     newest = newest_checkpoints(ck, 2)
     before = snapshot(tree)
     cases = [
         # an export into a checkpoint folder, or into the evaluation that holds its input
-        (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ck, "--force"),
+        (refusal("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ck, "--force"),
          f"--out {ck} holds --checkpoint {ck / 'checkpoint_last.pt'}"),
-        (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ev, "--force"),
+        (refusal("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ev, "--force"),
          f"{ev} is not a model folder that export wrote (it holds "),
-        (kit("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force"),
+        (refusal("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force"),
          f"--out {ev} holds --checkpoint {ev / 'averaged.pt'}"),
         # an evaluation whose --out holds its own input
-        (evaluate("--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force", "--cpu"),
+        (refusal("evaluate", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force", "--cpu"),
          f"--out {ev} holds --checkpoint {ev / 'averaged.pt'}"),
-        (evaluate("--data", task, "--checkpoints", ck, "--out", ck, "--cpu"), f"--out {ck} is --checkpoints {ck}"),
-        (evaluate("--data", task, "--checkpoints", ck, "--out", task / "ev", "--cpu"),
+        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--out", ck, "--cpu"),
+         f"--out {ck} is --checkpoints {ck}"),
+        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--out", task / "ev", "--cpu"),
          f"--out {task / 'ev'} lies inside --data {task}"),
         # conflicting selections and settings: usage errors
-        (evaluate("--data", task, "--checkpoints", ck, "--checkpoint", ck / "checkpoint_last.pt", "--last", "3",
-                  "--out", tree / "ev2", "--cpu"), "--checkpoint FILE evaluates one checkpoint; --checkpoints DIR and"),
-        (evaluate("--data", task, "--checkpoints", ck, "--out", tree / "ev2", "--cpu", "--fp16"),
+        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--checkpoint", ck / "checkpoint_last.pt", "--last",
+                 "3", "--out", tree / "ev2", "--cpu"),
+         "--checkpoint FILE evaluates one checkpoint; --checkpoints DIR and"),
+        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--out", tree / "ev2", "--cpu", "--fp16"),
          "--fp16 decodes on a GPU; leave out --cpu, or --fp16"),
         # averaging over its own input
-        (kit("average_checkpoints", "--dir", ck, "--last", "2", "--output", newest[1], "--force"),
+        (refusal("average_checkpoints", "--dir", ck, "--last", "2", "--output", newest[1], "--force"),
          f"--output {newest[1]} is input 2 {newest[1]}"),
         # a translation into the model folder
-        (kit("translate", "--model", model, "--input", task / "raw/test.en", "--output", model / "model.pt",
+        (refusal("translate", "--model", model, "--input", task / "raw/test.en", "--output", model / "model.pt",
              "--force", "--cpu"), f"--output {model / 'model.pt'} is or lies inside --model {model}"),
     ]
     for done, message in cases:

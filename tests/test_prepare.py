@@ -34,6 +34,16 @@ def prepare(raw, out, check=True):
                 "--workers", 1], check=check)
 
 
+def refused(preset, *args):
+    """examples/<task>/prepare.sh ARGS (prepare PRESET ARGS) in this process, for a refusal: its
+    main, without a Python start and a fairseq import. The other tests take the doors."""
+    from recipe_helpers import in_process
+
+    from fairseq_csan.recipes import prepare as recipe
+
+    return in_process(recipe.main, [preset, *args], check=False)
+
+
 def test_another_raw_folder_into_the_same_out_is_prepared_again(tmp_path):
     out = tmp_path / "out"
     prepare(raw_folder(tmp_path / "small", 300), out)
@@ -66,7 +76,7 @@ def test_undecodable_bytes_are_named_by_file_and_line_before_any_work(tmp_path):
     rows = (raw / "val.en").read_bytes().split(b"\n")
     rows[6] = rows[6] + b" \xff"
     (raw / "val.en").write_bytes(b"\n".join(rows))
-    done = prepare(raw, tmp_path / "out", check=False)
+    done = refused("multi30k_en_de", "--raw-dir", raw, "--out", tmp_path / "out", "--merges", 100, "--workers", 1)
     assert done.returncode == 2
     assert f"{raw / 'val.en'}:7: not UTF-8 (byte 0xff" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out/tok").exists()
@@ -75,7 +85,7 @@ def test_undecodable_bytes_are_named_by_file_and_line_before_any_work(tmp_path):
 def test_a_missing_side_is_named(tmp_path):
     raw = raw_folder(tmp_path / "raw")
     (raw / "val.de").unlink()
-    done = prepare(raw, tmp_path / "out", check=False)
+    done = refused("multi30k_en_de", "--raw-dir", raw, "--out", tmp_path / "out", "--merges", 100, "--workers", 1)
     assert done.returncode == 2
     assert f"found the en side {raw / 'val.en'} but not the de side {raw / 'val.de'}" in done.stderr
 
@@ -174,8 +184,7 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
 
 @pytest.mark.slow
 def test_ende_other_settings_are_refused(ende):
-    done = run(["bash", "examples/wmt14_en_de/prepare.sh", "--raw-dir", ende["raw"], "--out", ende["out"],
-                "--merges", 500, "--no-download"], check=False)
+    done = refused("wmt14_en_de", "--raw-dir", ende["raw"], "--out", ende["out"], "--merges", 500, "--no-download")
     assert done.returncode == 2 and "prepared with other settings" in done.stderr
 
 
@@ -188,8 +197,7 @@ def test_ende_missing_input_stops_with_the_file_and_its_source(ende, tmp_path):
             target = raw / p.relative_to(ende["raw"])
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(p.read_bytes())
-    done = run(["bash", "examples/wmt14_en_de/prepare.sh", "--raw-dir", raw, "--out", tmp_path / "out",
-                "--no-download"], check=False)
+    done = refused("wmt14_en_de", "--raw-dir", raw, "--out", tmp_path / "out", "--no-download")
     assert done.returncode == 2
     assert "missing News Commentary v9" in done.stderr
     assert "training/news-commentary-v9.de-en.en" in done.stderr
@@ -203,7 +211,7 @@ def test_jaen_missing_aspec_file(tmp_path):
     aspec = tmp_path / "ASPEC-JE"
     aspec_folder(aspec, kftt)
     (aspec / "test/test.txt").unlink()
-    done = run(["bash", "examples/wat17_ja_en/prepare.sh", "--raw-dir", aspec, "--out", tmp_path / "out"], check=False)
+    done = refused("wat17_ja_en", "--raw-dir", aspec, "--out", tmp_path / "out")
     assert done.returncode == 2
     assert str(aspec / "test/test.txt") in done.stderr and "ASPEC is licensed" in done.stderr
 

@@ -43,10 +43,13 @@ def fake_model(tmp_path):
 def test_undecodable_input_is_named_by_file_and_line_before_any_work(tmp_path):
     bad = tmp_path / "bad.en"
     bad.write_bytes(b"\xef\xbb\xbfgood\nbad \xff byte\n")  # a BOM, then a Latin-1 byte on line 2
-    done = subprocess.run(TRANSLATE + fake_model(tmp_path) + ["--input", str(bad), "--output", str(tmp_path / "o")],
-                          capture_output=True, text=True)
+    from recipe_helpers import in_process
+
+    from fairseq_csan.recipes import translate
+
+    done = in_process(translate.main, [*fake_model(tmp_path), "--input", bad, "--output", tmp_path / "o"], check=False)
     assert done.returncode == 2 and f"{bad}:2: not UTF-8 (byte 0xff at column 5)" in done.stderr
-    for name in ("-", "/dev/stdin"):  # standard input, by either name
+    for name in ("-", "/dev/stdin"):  # standard input, by either name, as processes
         done = subprocess.run(TRANSLATE + fake_model(tmp_path) + ["--input", name, "--output", str(tmp_path / "o")],
                               input=b"ok\n\x80\n", capture_output=True)
         assert done.returncode == 2 and b"<stdin>:2: not UTF-8" in done.stderr, done.stderr[-2000:]
@@ -70,9 +73,13 @@ def test_bad_command_lines_stop_early(tmp_path, extra, message):
 
 
 def test_model_or_task_is_required(tmp_path):
-    done = subprocess.run(TRANSLATE + ["--input", "x"], capture_output=True, text=True, cwd=tmp_path)
+    from recipe_helpers import in_process
+
+    from fairseq_csan.recipes import translate
+
+    done = in_process(translate.main, ["--input", "x"], check=False, cwd=tmp_path)
     assert done.returncode == 2 and "give --data and --checkpoint" in done.stderr
-    done = subprocess.run(TRANSLATE + ["--model", str(tmp_path), "--input", "x"], capture_output=True, text=True)
+    done = in_process(translate.main, ["--model", tmp_path, "--input", "x"], check=False)
     assert done.returncode == 2 and "no model.pt there" in done.stderr
 
 
