@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from conftest import shared_corpus
-from recipe_helpers import lines, prepare_planner, refusal_of, run, walk_options, write
+from recipe_helpers import in_process, lines, prepare_planner, refusal_of, run, walk_options, write
+
+from fairseq_csan.recipes import evaluate, export, translate
 
 PREPARE = [sys.executable, "-m", "fairseq_csan.recipes.prepare"]
 # the shared corpora of three pairs: folder, (src, tgt) as stored, and their train/valid/test names
@@ -155,8 +157,9 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
     save = tmp_path / "ck"
     run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer_csan2d", "--save-dir", save, "--cpu-tiny",
          "--max-update", 3])
+    # scripts/evaluate.sh's main, export's and translate.py's, in this process (their doors: other tests)
     ev = tmp_path / "ev"
-    run(["bash", "scripts/evaluate.sh", "--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", ev, "--cpu"])
+    in_process(evaluate.main, ["--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", ev, "--cpu"])
     results = json.loads((ev / "results.json").read_text())
     assert results["task"] == f"{src}_{tgt}" and results["sentences"] == 16
     assert SACREBLEU_TOK.get(tgt, "tok:13a") in results["sacrebleu_signature"]
@@ -167,14 +170,13 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
         assert [h for h in lines(ev / "hyp.tok") if re.search(r"[^\x00-\x7f] [^\x00-\x7f]", h)]  # they were spaced
 
     model = tmp_path / "model"
-    run([sys.executable, "-m", "fairseq_csan.recipes.export", "--data", task, "--checkpoint", save / "checkpoint_last.pt",
-         "--out", model])
+    in_process(export.main, ["--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", model])
     about = json.loads((model / "export.json").read_text())
     assert (about["source_lang"], about["target_lang"], about["task"]) == (src, tgt, f"{src}_{tgt}")
     assert sorted(p.name for p in model.glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
     # translate.py agrees with evaluate.sh
-    run([sys.executable, "-m", "fairseq_csan.recipes.translate", "--model", model, "--input", task / f"raw/test.{src}",
-         "--output", tmp_path / f"out.{tgt}", "--cpu"])
+    in_process(translate.main, ["--model", model, "--input", task / f"raw/test.{src}",
+                                "--output", tmp_path / f"out.{tgt}", "--cpu"])
     assert lines(tmp_path / f"out.{tgt}") == hyps
 
 
@@ -190,12 +192,13 @@ def test_a_second_test_set_is_evaluated_on_its_own(tmp_path):
     save = tmp_path / "ck"
     run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer", "--save-dir", save, "--cpu-tiny",
          "--max-update", 2])
-    evaluate = ["bash", "scripts/evaluate.sh", "--data", task, "--checkpoint", save / "checkpoint_last.pt", "--cpu"]
-    run([*evaluate, "--out", tmp_path / "ev1", "--subset", "test1"])
+    options = ["--data", task, "--checkpoint", save / "checkpoint_last.pt", "--cpu"]  # scripts/evaluate.sh's main
+    in_process(evaluate.main, [*options, "--out", tmp_path / "ev1", "--subset", "test1"])
     results = json.loads((tmp_path / "ev1/results.json").read_text())
     assert (results["subset"], results["sentences"]) == ("test1", 9)
     assert lines(tmp_path / "ev1/hyp.tok") != [] and len(lines(task / "raw/test1.en")) == 9
-    refused = run([*evaluate, "--out", tmp_path / "ev0", "--baseline", tmp_path / "ev1"], check=False)
+    refused = in_process(evaluate.main, [*options, "--out", tmp_path / "ev0", "--baseline", tmp_path / "ev1"],
+                         check=False)
     assert refused.returncode == 2 and "is an evaluation of test1; evaluate the baseline on --subset test" in refused.stderr
-    refused = run([*evaluate, "--out", tmp_path / "ev2", "--subset", "test2"], check=False)
+    refused = in_process(evaluate.main, [*options, "--out", tmp_path / "ev2", "--subset", "test2"], check=False)
     assert refused.returncode == 2 and "--subset test2: " in refused.stderr and "valid, test, test1" in refused.stderr
