@@ -107,7 +107,7 @@ fi
 # variant and whether torch sees a CUDA device. Our variants go in the lower 2 encoder layers;
 # fairseq's own architectures and ours without a variant (transformer_ctxaware) take no --csan-layers
 FACTS=$(python -m fairseq_csan variant "$ARCH" --device 2>/dev/null) \
-  || die "$(python -m fairseq_csan variant "$ARCH" 2>&1 | grep -v '^INFO' | tail -1)"
+  || die "$(python -m fairseq_csan variant "$ARCH" --device 2>&1 | grep -v '^INFO' | tail -1)"
 read -r VARIANT SEEN <<< "$FACTS"
 LAYER_FLAGS=()
 case "$VARIANT" in none|standard) ;; *) LAYER_FLAGS=(--csan-layers 2) ;; esac

@@ -34,14 +34,21 @@ def in_process(main, argv, check=True, cwd=REPO):
     in ``scripts/`` ends in one ``python`` call, which other tests run as a process). Returns a
     CompletedProcess: the exit code (SystemExit's), and what main wrote to standard output and
     error; not what Python and fairseq print as they start, which the door tests see. It saves the
-    door's Python start and fairseq import (about 4 s), for tests that go over many option lists of
-    one command. An output lock that main holds to the end of its process is released when main
-    returns, as the end of the process would release it; main must leave nothing else for the
-    end of a process to undo (train.main's signal handlers and trainer do: use its door)."""
+    door's Python start and fairseq import (about 4 s): for refusals and dry runs, --help texts,
+    and pipeline steps whose door other tests run. An output lock that main holds to the end of
+    its process is released when main returns, as the end of the process would release it. main
+    must leave nothing else for the end of a process to undo (train.main's signal handlers and
+    trainer do: use its door), and must not replace the process: an exec (the benchmark's re-exec,
+    after its checks) fails the test instead of taking the worker's place. There is no time limit:
+    give it only what ends at once or is bounded by its inputs."""
     import contextlib
     import io
+    from unittest import mock
 
     from fairseq_csan.recipes.ownership import _HELD
+
+    def no_exec(*args, **kwargs):
+        raise AssertionError(f"{argv}: main would replace this process (os.exec*); run it as a process instead")
 
     out, err, code, back, environ = io.StringIO(), io.StringIO(), 0, os.getcwd(), dict(os.environ)
     door, held = door_environment(), set(_HELD)
@@ -49,7 +56,8 @@ def in_process(main, argv, check=True, cwd=REPO):
         os.environ.clear()
         os.environ.update(door)
         os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                mock.patch.multiple(os, execv=no_exec, execve=no_exec, execvp=no_exec, execvpe=no_exec):
             try:
                 main([str(a) for a in argv])
             except SystemExit as stop:
@@ -59,15 +67,22 @@ def in_process(main, argv, check=True, cwd=REPO):
                 else:
                     code = stop.code or 0
     finally:
-        for path in set(_HELD) - held:  # what the end of main's process would release
-            _HELD[path].release()
         os.chdir(back)
         os.environ.clear()
         os.environ.update(environ)
+        for path in set(_HELD) - held:  # what the end of main's process would release
+            _HELD[path].release()
     done = subprocess.CompletedProcess([str(a) for a in argv], code, out.getvalue(), err.getvalue())
     if check and code != 0:
         raise AssertionError(f"{argv} failed ({code}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     return done
+
+
+def recipe_main(module: str, *argv, check=False):
+    """``python -m fairseq_csan.recipes.MODULE ARGV`` in this process (``in_process`` of its main)."""
+    import importlib
+
+    return in_process(importlib.import_module(f"fairseq_csan.recipes.{module}").main, argv, check=check)
 
 
 def module_main(module: str):
@@ -81,7 +96,8 @@ def module_main(module: str):
         sys.argv = [module, *argv]
         try:
             with warnings.catch_warnings():  # runpy's note that the package had imported the module
-                warnings.simplefilter("ignore", RuntimeWarning)
+                warnings.filterwarnings("ignore", r".* found in sys\.modules after import of package",
+                                        RuntimeWarning)
                 runpy.run_module(module, run_name="__main__", alter_sys=True)
         finally:
             sys.argv = saved

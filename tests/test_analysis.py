@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fairseq_csan.recipes.analysis import gate_weights, length_buckets, ngram_gap, window_sweep
-from recipe_helpers import lines, run, write
+from recipe_helpers import lines, recipe_main, run, write
 
 
 
@@ -60,14 +60,9 @@ def test_length_bucket_bleu_by_hand():
 
 
 def analysis(name, *argv):
-    """python -m fairseq_csan.recipes.analysis.NAME ARGV, in this process (its main, without a
-    Python start and a fairseq import); the first runs of ngram_gap and length_buckets below
-    are processes, as a user runs them."""
-    import importlib
-
-    from recipe_helpers import in_process
-
-    return in_process(importlib.import_module(f"fairseq_csan.recipes.analysis.{name}").main, argv, check=False)
+    """python -m fairseq_csan.recipes.analysis.NAME ARGV, in this process; the first runs of
+    ngram_gap and length_buckets below, and the rerun refused, are processes, as a user runs them."""
+    return recipe_main(f"analysis.{name}", *argv)
 
 
 def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
@@ -91,8 +86,8 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
         rows = list(csv.DictReader(f))
     assert [(r["source length"], r["sentences"]) for r in rows] == [("1-1", "1"), ("3-3", "1")]
     assert (out / "length_buckets.png").stat().st_size > 1000
-    again = analysis("ngram_gap", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base", "--system",
-                     f"CSAN={tmp_path / 'sys'}", "--out", out)
+    again = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
+                 tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out], check=False)
     assert again.returncode != 0 and "exist; pass --force" in again.stderr
     assert not list(out.glob(".*.lock"))  # each run's lock is gone with it
     # a second run of one analysis into the same folder while one writes there: refused, naming it

@@ -30,7 +30,7 @@ def gpu_check(*options, cwd=REPO, timeout=120):
 def planned(*options, cwd=REPO):
     """scripts/gpu_check.sh OPTIONS for what ends before any step runs (--dry-run, the refusals),
     in this process: its main, without a Python start and a fairseq import. The door itself runs
-    in the tests of a real run below."""
+    from another folder, at a machine without a GPU, and in the rehearsal below."""
     from recipe_helpers import in_process
 
     from fairseq_csan.recipes import gpu_check as checker
@@ -104,8 +104,8 @@ def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only, capsys)
 
 
 def test_gpu_check_reads_relative_paths_from_where_it_is_called(tmp_path):
-    done = planned("--dry-run", "--only", "benchmark", "--precisions", "fp16", "--out", "o", "--lengths-from",
-                   "d/test", cwd=tmp_path)
+    done = gpu_check("--dry-run", "--only", "benchmark", "--precisions", "fp16", "--out", "o", "--lengths-from",
+                     "d/test", cwd=tmp_path)  # the door, from another folder
     assert done.returncode == 0, done.stderr
     assert f"--lengths-from {tmp_path}/d/test --out {tmp_path}/o/benchmark_train_fp16.md" in done.stdout
 

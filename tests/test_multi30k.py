@@ -11,7 +11,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from conftest import shared_corpus
-from recipe_helpers import lines, run, write
+from recipe_helpers import lines, recipe_main, run, write
 
 def load():
     from fairseq_csan.recipes import multi30k
@@ -203,20 +203,11 @@ def test_the_runs_and_the_sweep_train_the_chosen_model(tmp_path, monkeypatch):
         commands.clear()
 
 
-def in_this_process(module, *argv):
-    """fairseq_csan.recipes.MODULE ARGV's main in this process (examples/multi30k/prepare.sh is
-    prepare multi30k_en_de), for a refusal or --help: without a Python start and a fairseq import.
-    The smoke run takes the commands as processes."""
-    import importlib
-
-    from recipe_helpers import in_process
-
-    return in_process(importlib.import_module(f"fairseq_csan.recipes.{module}").main, argv, check=False)
-
-
 def test_prepare_names_the_missing_file_and_where_to_get_it(tmp_path):
+    """examples/multi30k/prepare.sh is prepare multi30k_en_de: its main in this process here and
+    below (refusals and --help); the smoke run takes the commands as processes."""
     (tmp_path / "raw").mkdir()
-    done = in_this_process("prepare", "multi30k_en_de", "--raw-dir", tmp_path / "raw", "--out", tmp_path / "out")
+    done = recipe_main("prepare", "multi30k_en_de", "--raw-dir", tmp_path / "raw", "--out", tmp_path / "out")
     assert done.returncode == 2
     assert f"missing Multi30k train: expected {tmp_path / 'raw' / 'train.en'} + {tmp_path / 'raw' / 'train.de'}" in done.stderr
     assert "https://github.com/multi30k/dataset" in done.stderr
@@ -224,7 +215,7 @@ def test_prepare_names_the_missing_file_and_where_to_get_it(tmp_path):
 
 def test_prepare_defaults_to_the_readme_folder_and_8000_merges():
     """The raw folder defaults to where the README unpacks Multi30k, never outside the clone."""
-    done = in_this_process("prepare", "multi30k_en_de", "--help")
+    done = recipe_main("prepare", "multi30k_en_de", "--help")
     assert done.returncode == 0 and "else data/multi30k_raw)" in done.stdout and "shared" not in done.stdout
     assert "--merges N     BPE merge operations (default: 8000" in done.stdout
 
@@ -235,7 +226,7 @@ def test_a_second_reproduction_into_one_out_is_refused(tmp_path):
     out = tmp_path / "out"
     holder = hold_lock(out, True)
     try:
-        done = in_this_process("multi30k", "--raw-dir", shared_corpus("multi30k_en_de"), "--out", out)
+        done = recipe_main("multi30k", "--raw-dir", shared_corpus("multi30k_en_de"), "--out", out)
         assert done.returncode != 0 and f"multi30k: {out} is being written by a test writer (pid {holder.pid}" \
             in done.stderr
         assert sorted(p.name for p in out.iterdir()) == [".lock"]
@@ -246,7 +237,7 @@ def test_a_second_reproduction_into_one_out_is_refused(tmp_path):
 
 def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatch):
     out = tmp_path / "out"
-    done = in_this_process("multi30k", "--raw-dir", tmp_path / "nowhere", "--out", out)
+    done = recipe_main("multi30k", "--raw-dir", tmp_path / "nowhere", "--out", out)
     assert done.returncode != 0 and "lacks train.en" in done.stderr
     assert not (out / "settings.json").exists()
     # settings.json from a first run that stopped before training: a corrected rerun replaces it

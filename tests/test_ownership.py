@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, shared_corpus, snapshot
-from recipe_helpers import hold_lock, lines, run, write
+from recipe_helpers import hold_lock, lines, recipe_main, run, write
 
 from fairseq_csan.recipes import ownership
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
@@ -185,52 +185,42 @@ def evaluate(*args):
     return run(["bash", "scripts/evaluate.sh", *args], check=False)
 
 
-def refusal(module, *args):
-    """fairseq_csan.recipes.MODULE ARGS in this process (scripts/evaluate.sh's module for
-    evaluate): for a command refused before it writes, without a Python start and a fairseq
-    import. The runs above and below take the commands' doors."""
-    import importlib
-
-    from recipe_helpers import in_process
-
-    return in_process(importlib.import_module(f"fairseq_csan.recipes.{module}").main, args, check=False)
-
-
 @pytest.mark.slow
 def test_no_refused_command_changes_a_file_it_did_not_write(tree):
     """Each of these once deleted or replaced the user's files, or reported success for output
     that was not what was asked; now each is refused with one line naming the file or flag, and
-    the whole tree is unchanged. (In this process: the refusals come before any work.)"""
+    the whole tree is unchanged. (Each command's main in this process, scripts/evaluate.sh's for
+    evaluate: the refusals come before any work; the doors run in the tests below.)"""
     task, ck, ev, model = tree / "task", tree / "ck", tree / "ev", tree / "model"
     newest = newest_checkpoints(ck, 2)
     before = snapshot(tree)
     cases = [
         # an export into a checkpoint folder, or into the evaluation that holds its input
-        (refusal("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ck, "--force"),
+        (recipe_main("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ck, "--force"),
          f"--out {ck} holds --checkpoint {ck / 'checkpoint_last.pt'}"),
-        (refusal("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ev, "--force"),
+        (recipe_main("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ev, "--force"),
          f"{ev} is not a model folder that export wrote (it holds "),
-        (refusal("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force"),
+        (recipe_main("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force"),
          f"--out {ev} holds --checkpoint {ev / 'averaged.pt'}"),
         # an evaluation whose --out holds its own input
-        (refusal("evaluate", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force", "--cpu"),
+        (recipe_main("evaluate", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force", "--cpu"),
          f"--out {ev} holds --checkpoint {ev / 'averaged.pt'}"),
-        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--out", ck, "--cpu"),
+        (recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--out", ck, "--cpu"),
          f"--out {ck} is --checkpoints {ck}"),
-        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--out", task / "ev", "--cpu"),
+        (recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--out", task / "ev", "--cpu"),
          f"--out {task / 'ev'} lies inside --data {task}"),
         # conflicting selections and settings: usage errors
-        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--checkpoint", ck / "checkpoint_last.pt", "--last",
-                 "3", "--out", tree / "ev2", "--cpu"),
+        (recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--checkpoint", ck / "checkpoint_last.pt",
+                     "--last", "3", "--out", tree / "ev2", "--cpu"),
          "--checkpoint FILE evaluates one checkpoint; --checkpoints DIR and"),
-        (refusal("evaluate", "--data", task, "--checkpoints", ck, "--out", tree / "ev2", "--cpu", "--fp16"),
+        (recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--out", tree / "ev2", "--cpu", "--fp16"),
          "--fp16 decodes on a GPU; leave out --cpu, or --fp16"),
         # averaging over its own input
-        (refusal("average_checkpoints", "--dir", ck, "--last", "2", "--output", newest[1], "--force"),
+        (recipe_main("average_checkpoints", "--dir", ck, "--last", "2", "--output", newest[1], "--force"),
          f"--output {newest[1]} is input 2 {newest[1]}"),
         # a translation into the model folder
-        (refusal("translate", "--model", model, "--input", task / "raw/test.en", "--output", model / "model.pt",
-             "--force", "--cpu"), f"--output {model / 'model.pt'} is or lies inside --model {model}"),
+        (recipe_main("translate", "--model", model, "--input", task / "raw/test.en", "--output", model / "model.pt",
+                     "--force", "--cpu"), f"--output {model / 'model.pt'} is or lies inside --model {model}"),
     ]
     for done, message in cases:
         assert done.returncode != 0 and message in done.stderr, (message, done.stderr[-2000:])
