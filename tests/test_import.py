@@ -75,8 +75,8 @@ def test_a_plugin_module_that_cannot_come_first_there_says_so():
     done = python(f"{LATER}from fairseq_csan.modules import get_self_attention")
     assert done.returncode != 0
     assert ("fairseq_csan: fairseq_csan.recipes.prepare starts without fairseq, and fairseq was first imported "
-            "inside one of the plugin's modules") in done.stderr and "import fairseq (or fairseq_csan's models) before it" \
-        in done.stderr
+            "inside one of the plugin's modules") in done.stderr
+    assert "import fairseq (or fairseq_csan's models) before it" in done.stderr
     done = python(f"{LATER}import fairseq; from fairseq_csan.modules import get_self_attention; {REGISTERED}")
     assert done.returncode == 0 and done.stdout.strip() == "registered", done.stderr[-3000:]
 
