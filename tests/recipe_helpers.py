@@ -239,17 +239,11 @@ def aspec_folder(root, kftt):
 
 
 def hold_lock(target, folder):
-    """Another process holding the writer lock on ``target``, until it is killed. It loads
-    ownership.py (standard library only) by its path, so that it starts without importing the
-    package, and with it fairseq (about 4 s)."""
-    code = ("import importlib.util, sys, time; "
-            "spec = importlib.util.spec_from_file_location('ownership', sys.argv[2]); "
-            "ownership = importlib.util.module_from_spec(spec); spec.loader.exec_module(ownership); "
-            f"ownership.WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); "
-            "print('held', flush=True); time.sleep(600)")
-    ownership = REPO / "fairseq_csan" / "recipes" / "ownership.py"
-    holder = subprocess.Popen([sys.executable, "-c", code, str(target), str(ownership)], stdout=subprocess.PIPE,
-                              text=True)
+    """Another process holding the writer lock on ``target``, until it is killed."""
+    code = ("import sys, time; from fairseq_csan.recipes.ownership import WriterLock; "
+            f"WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); print('held', flush=True); "
+            "time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
