@@ -36,7 +36,7 @@ filter_known_warnings()
 # trainer, the evaluation) and need no model in their own: started as `python -m
 # fairseq_csan.recipes.NAME`, they do not import fairseq (about 4 s of a start); should fairseq
 # be imported in such a process after all, everything below is registered the moment it is.
-WITHOUT_FAIRSEQ = ("prepare", "toy_corpus", "multi30k", "gpu_check")
+WITHOUT_FAIRSEQ = ("prepare", "toy_corpus", "train", "sweep", "multi30k", "gpu_check")
 
 
 def _register(logging_unset: bool) -> None:

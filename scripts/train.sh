@@ -22,9 +22,4 @@
 # name the same run, and a checkpoint_last.pt cut short by a kill is replaced by the newest
 # intact checkpoint. The log goes to SAVE/train.log; killing this script ends the trainer.
 set -euo pipefail
-# logging is set up before fairseq is imported: its text-to-speech task would otherwise print
-# "Please install tensorboardX" on every call (docs/troubleshooting.md)
-exec python -c 'import logging, runpy, sys
-logging.basicConfig(level=logging.WARNING)
-sys.argv[0] = "scripts/train.sh"
-runpy.run_module("fairseq_csan.recipes.train", run_name="__main__")' "$@"
+exec python -m fairseq_csan.recipes.train "$@"

@@ -70,8 +70,8 @@ def all_commands():
 def kit_module(program: tuple):
     """The module of this package a program runs, and the words it puts before the user's: for
     ``python -m fairseq_csan...``, for a script of scripts/ that calls its module's main, and for
-    a door whose last line runs one (``exec python -m MODULE WORDS "$@"``, or train.sh's runpy of
-    its module); None for any other program."""
+    a door whose last line runs one (``exec python -m MODULE WORDS "$@"``); None for any other
+    program."""
     if program[:2] == ("python", "-m") and program[2].startswith("fairseq_csan"):
         return program[2], []
     if program[0] == "python" and program[1].startswith("scripts/") and program[1].endswith(".py"):
@@ -84,9 +84,6 @@ def kit_module(program: tuple):
         found = re.search(r'^exec python -m (fairseq_csan[\w.]*)((?: [\w-]+)*) "\$@"\Z', door.rstrip(), re.M)
         if found:
             return found.group(1), found.group(2).split()
-        found = re.search(r'runpy\.run_module\("(fairseq_csan[\w.]*)", run_name="__main__"\)\' "\$@"\Z', door.rstrip())
-        if found:
-            return found.group(1), []
     return None
 
 

@@ -227,13 +227,13 @@ def test_variant_layers_flag_moves_the_baseline(name):
 
 
 def test_one_rule_says_which_architectures_are_big():
-    """registry.is_big, used wherever the package asks (variant defaults, the recipe's
+    """arch_names.is_big, used wherever the package asks (variant defaults, the recipe's
     hyper-parameters, loading and averaging checkpoints), agrees with what each registered
     Transformer architecture, ours and fairseq's, sets: 1024-dim and 16 heads for the big ones."""
     import argparse
 
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-    from fairseq_csan.modules.registry import is_big
+    from fairseq_csan.arch_names import is_big
 
     checked = 0
     for arch, model in ARCH_MODEL_REGISTRY.items():
@@ -244,6 +244,19 @@ def test_one_rule_says_which_architectures_are_big():
         assert is_big(arch) == (args.encoder_embed_dim == 1024 and args.encoder_attention_heads == 16), arch
         checked += 1
     assert checked > 20 and is_big("transformer_csan2d_big") and not is_big("transformer_csan2d")
+
+
+def test_the_names_known_without_fairseq_are_the_registered_ones():
+    """arch_names (what the training command checks --arch against before it imports fairseq)
+    lists exactly the architectures the plugin registers, and fairseq's Transformer names that
+    it lists are registered in this fairseq."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    from fairseq_csan.arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS
+
+    ours = sorted(a for a, model in ARCH_MODEL_NAME_REGISTRY.items() if model == "transformer_variant")
+    assert ours == sorted(ARCHITECTURES) and len(set(ARCHITECTURES)) == len(ARCHITECTURES) == 22
+    assert {ARCH_MODEL_NAME_REGISTRY.get(a) for a in FAIRSEQ_TRANSFORMERS} == {"transformer"}
 
 
 def test_each_setting_is_declared_once_and_everything_else_comes_from_it():

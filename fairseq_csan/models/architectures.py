@@ -12,6 +12,7 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_vaswani_wmt_en_de_big,
 )
 
+from ..arch_names import BASELINES
 from ..modules.context_gating import CONTEXT_DEFAULTS, CTXAWARE_TYPE
 from .variant_transformer import apply_variant_defaults
 
@@ -86,9 +87,7 @@ def transformer_csan2d_ctxaware_big(args):
 # "re-implemented under the same framework": each replaces the self-attention of the same
 # lowest K = 3 encoder layers as CSAN (--csan-layers). Their settings are their source papers'
 # (each option's ``default`` and ``big_default``, see registry.Option); the big twins differ only where a
-# source paper gives a big setting.
-
-BASELINES = ["bidirect", "relpos", "neighbor", "local_hard", "local_soft", "block", "cnn"]
+# source paper gives a big setting (their names: arch_names.BASELINES).
 
 
 def _baseline_architectures(variant):

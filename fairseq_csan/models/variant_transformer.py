@@ -32,7 +32,8 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from ..modules import SELF_ATTENTION_VARIANTS, SelfAttention, get_self_attention
 from ..modules.context_gating import (CONTEXT_DEFAULTS, CONTEXT_GATES, CONTEXT_SIDES, CONTEXT_TYPES, ContextHistory,
                                       context_aware)
-from ..modules.registry import (add_self_attention_args, check_foreign_flags, flag_type, is_big, model_defining_flags,
+from ..arch_names import is_big
+from ..modules.registry import (add_self_attention_args, check_foreign_flags, flag_type, model_defining_flags,
                                 variant_defaults)
 
 

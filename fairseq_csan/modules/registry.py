@@ -102,15 +102,6 @@ def model_defining_flags(variant_cls) -> list:
     return [option.dest for option in declared_options(variant_cls) if not option.same_result]
 
 
-def is_big(arch) -> bool:
-    """Whether an architecture is a big Transformer (1024-dim, 16 heads), the one rule for the
-    whole package (the variants' big defaults, the recipe's hyper-parameter set, checkpoint
-    loading and averaging): ours end in ``_big`` as fairseq's ``transformer_vaswani_wmt_en_de_big``
-    and ``transformer_wmt_en_de_big`` do, and fairseq's ``transformer_wmt_en_de_big_t2t`` too."""
-    arch = str(arch or "")
-    return arch.endswith("_big") or arch.startswith("transformer_wmt_en_de_big")
-
-
 def variant_defaults(variant_cls, big: bool) -> dict:
     """The flag defaults a variant declares (each option's ``default``, or its ``big_default``
     for the big architectures), its own and those of the classes it extends; an option without

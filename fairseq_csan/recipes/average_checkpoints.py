@@ -84,7 +84,8 @@ def predated_at_default(key: str, mine: dict, theirs: dict) -> bool:
         return False
     present = mine if key in mine else theirs
     from fairseq_csan.modules import SELF_ATTENTION_VARIANTS, get_self_attention
-    from fairseq_csan.modules.registry import is_big, variant_defaults
+    from fairseq_csan.arch_names import is_big
+    from fairseq_csan.modules.registry import variant_defaults
 
     variant = present.get("encoder_self_attention")
     if variant not in SELF_ATTENTION_VARIANTS:

@@ -41,7 +41,7 @@ from .records import Damaged as DamagedRecord
 from .steps import shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
-from ..modules.registry import is_big
+from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
 
 PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 HPARAMS = Path(__file__).with_name("hparams.json")
@@ -199,7 +199,10 @@ def read_hparams(path) -> dict:
 
 
 def check_arch(arch: str) -> None:
-    """The architecture must be registered (with our plugin imported, as this package is)."""
+    """The architecture must be registered (with our plugin imported, as this package is). Ours
+    and fairseq's Transformers are known by name (arch_names); fairseq is imported for any other."""
+    if arch in ARCHITECTURES or arch in FAIRSEQ_TRANSFORMERS:
+        return
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     if arch not in ARCH_MODEL_REGISTRY:
