@@ -33,10 +33,12 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 filter_known_warnings()
 
 # The kit's commands that do all their fairseq work in child processes (fairseq-preprocess, the
-# trainer, the evaluation) and need no model in their own: started as `python -m
-# fairseq_csan.recipes.NAME`, they do not import fairseq (about 4 s of a start); should fairseq
-# be imported in such a process after all, everything below is registered the moment it is.
-WITHOUT_FAIRSEQ = ("prepare", "toy_corpus", "train", "sweep", "multi30k", "gpu_check")
+# trainer, the evaluation) and need no model in their own, and `python -m fairseq_csan` (its
+# facts for scripts): started as `python -m MODULE`, they do not import fairseq (about 4 s of a
+# start); should fairseq be imported in such a process after all, everything below is
+# registered the moment it is.
+WITHOUT_FAIRSEQ = ("fairseq_csan", *(f"fairseq_csan.recipes.{name}" for name in (
+    "prepare", "toy_corpus", "train", "sweep", "multi30k", "gpu_check")))
 
 
 def _register(logging_unset: bool) -> None:
@@ -110,8 +112,7 @@ class _RegisterAfterFairseq:
         return spec
 
 
-if "fairseq" not in sys.modules and _started_as(getattr(sys, "orig_argv", [])) in {
-        f"fairseq_csan.recipes.{name}" for name in WITHOUT_FAIRSEQ}:
+if "fairseq" not in sys.modules and _started_as(getattr(sys, "orig_argv", [])) in WITHOUT_FAIRSEQ:
     sys.meta_path.insert(0, _RegisterAfterFairseq())
 else:
     _register(not logging.root.handlers)

@@ -20,6 +20,15 @@ from . import user_dir
 
 
 def variant(arch: str) -> str:
+    """The variant of ``arch``: by its name where arch_names lists it (no fairseq import), else
+    from fairseq's registry."""
+    from .arch_names import variant_of
+
+    return variant_of(arch) or registered_variant(arch)
+
+
+def registered_variant(arch: str) -> str:
+    """The variant ``arch``'s defaults set, from fairseq's registry (the plugin's included)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 
     import fairseq_csan  # noqa: F401  (registers the architectures)

@@ -248,15 +248,21 @@ def test_one_rule_says_which_architectures_are_big():
 
 def test_the_names_known_without_fairseq_are_the_registered_ones():
     """arch_names (what the training command checks --arch against before it imports fairseq)
-    lists exactly the architectures the plugin registers, and fairseq's Transformer names that
-    it lists are registered in this fairseq."""
+    lists exactly the architectures the plugin registers, with the variant each sets, and
+    fairseq's Transformer names that it lists are registered in this fairseq."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     from fairseq_csan.arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS
 
+    from fairseq_csan.__main__ import registered_variant
+    from fairseq_csan.arch_names import variant_of
+
     ours = sorted(a for a, model in ARCH_MODEL_NAME_REGISTRY.items() if model == "transformer_variant")
     assert ours == sorted(ARCHITECTURES) and len(set(ARCHITECTURES)) == len(ARCHITECTURES) == 22
     assert {ARCH_MODEL_NAME_REGISTRY.get(a) for a in FAIRSEQ_TRANSFORMERS} == {"transformer"}
+    for arch in (*ARCHITECTURES, *FAIRSEQ_TRANSFORMERS):  # the variant by name, as the registry sets it
+        assert variant_of(arch) == registered_variant(arch), arch
+    assert variant_of("lstm") is None and variant_of("transformer_csan3d") is None
 
 
 def test_each_setting_is_declared_once_and_everything_else_comes_from_it():
