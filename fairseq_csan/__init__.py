@@ -32,13 +32,14 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 # hydra's and torch's deprecation notices about fairseq's calls (quiet.py lists them)
 filter_known_warnings()
 
-# The kit's commands that do all their fairseq work in child processes (fairseq-preprocess, the
-# trainer, the evaluation) and need no model in their own, and `python -m fairseq_csan` (its
-# facts for scripts): started as `python -m MODULE`, they do not import fairseq (about 4 s of a
-# start); should fairseq be imported in such a process after all, everything below is
+# The kit's commands that need no model in their own process (what fairseq work they have, child
+# processes do: fairseq-preprocess, the trainer, the evaluation), and `python -m fairseq_csan`
+# (its facts for scripts): started as `python -m MODULE`, they do not import fairseq (about 4 s
+# of a start); should fairseq be imported in such a process after all, everything below is
 # registered the moment it is.
 WITHOUT_FAIRSEQ = ("fairseq_csan", *(f"fairseq_csan.recipes.{name}" for name in (
-    "prepare", "toy_corpus", "train", "sweep", "multi30k", "gpu_check")))
+    "prepare", "toy_corpus", "train", "sweep", "multi30k", "gpu_check", "collect_results", "score", "decoding",
+    "text", "steps", "corpora", "task", "analysis.ngram_gap", "analysis.length_buckets", "analysis.window_sweep")))
 
 
 def _register(logging_unset: bool) -> None:
