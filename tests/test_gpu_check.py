@@ -99,6 +99,7 @@ def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only, capsys)
     walk_options(plan, [["--out", "/o"], ["--only", "tests,benchmark"], ["--precisions", "fp16"],
                         ["--lengths-from", "/d/newstest2014"], ["--raw-dir", "/r"], ["--multi30k-updates", "500"], ["--multi30k-model", "tiny"],
                         ["--multi30k-jobs", "3"], ["--multi30k-jobs", "0"], ["--multi30k-seeds", "2"],
+                        ["--multi30k-systems", "transformer,csan2d"], ["--multi30k-systems", "lstm"],
                         ["--only", "tests,gpu"],
                         ["--budget-minutes", "10"], ["--rehearse"]])
 
@@ -197,7 +198,9 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     finished ones are kept (unless their record is damaged, from another machine, or their table
     is gone) and the runs resume; the summary and paste.md hold the tables."""
     raw = small_multi30k(tmp_path / "m30k")
-    common = ["--rehearse", "--precisions", "fp32", "--multi30k-seeds", "1", "--raw-dir", raw]
+    # two of the systems (the table's first and last), and the sweep's two points: 4 runs, not 7
+    common = ["--rehearse", "--precisions", "fp32", "--multi30k-seeds", "1", "--multi30k-systems",
+              "transformer,csan2d_ctxaware", "--raw-dir", raw]
     names = ["tests", "benchmark-train-fp32", "benchmark-decode-fp32", "benchmark-crossover-fp32", "multi30k-seed1"]
     out = tmp_path / "pieces"
     # the Multi30k step took 10 minutes the last time it passed here (a record whose outputs are

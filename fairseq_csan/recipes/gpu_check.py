@@ -3,6 +3,7 @@
 usage: python -m fairseq_csan.recipes.gpu_check [--out DIR] [--only tests,benchmark,multi30k]
            [--precisions fp32,fp16,bf16] [--lengths-from PREFIX] [--raw-dir DIR]
            [--multi30k-model tiny|small] [--multi30k-updates N] [--multi30k-seeds N] [--multi30k-jobs N]
+           [--multi30k-systems LIST]
            [--budget-minutes N]
            [--rehearse] [--dry-run]
 (scripts/gpu_check.sh is this command.)
@@ -129,6 +130,8 @@ def parse(argv=None):
                    help="seeds 1..N of each system, one piece (step) each (default 3)")
     p.add_argument("--multi30k-jobs", type=whole("--multi30k-jobs"), metavar="N",
                    help="Multi30k runs sharing the device at once (default 4; 2 with --rehearse)")
+    p.add_argument("--multi30k-systems", metavar="LIST",
+                   help="the Multi30k systems, comma-separated (multi30k.py --systems; default: all of them)")
     p.add_argument("--budget-minutes", type=whole("--budget-minutes"), metavar="N",
                    help="start no step that would end after N minutes: stop between steps (exit status 3); run the "
                         "same command again to go on")
@@ -138,7 +141,8 @@ def parse(argv=None):
                    help="list the steps, and the input a run would stop at, and exit (works without a GPU)")
     args = p.parse_args(argv)
     steps_of = {"--precisions": "benchmark", "--lengths-from": "benchmark", "--raw-dir": "multi30k",
-                "--multi30k-model": "multi30k", "--multi30k-updates": "multi30k", "--multi30k-seeds": "multi30k", "--multi30k-jobs": "multi30k"}
+                "--multi30k-model": "multi30k", "--multi30k-updates": "multi30k", "--multi30k-seeds": "multi30k",
+                "--multi30k-jobs": "multi30k", "--multi30k-systems": "multi30k"}
     for flag, step in steps_of.items():
         if getattr(args, flag[2:].replace("-", "_")) is not None and step not in args.only:
             p.error(f"{flag} sets the {step} step, which --only {','.join(args.only)} leaves out")
@@ -151,6 +155,13 @@ def parse(argv=None):
     args.multi30k_updates = args.multi30k_updates or (12 if args.rehearse else None)  # None: the model's
     args.multi30k_jobs = args.multi30k_jobs or (2 if args.rehearse else 4)
     args.multi30k_seeds = args.multi30k_seeds or 3
+    if args.multi30k_systems is not None:
+        from .multi30k import SYSTEMS
+
+        try:
+            args.multi30k_systems = listed("--multi30k-systems", tuple(SYSTEMS))(args.multi30k_systems)
+        except argparse.ArgumentTypeError as e:
+            p.error(str(e))
     return args
 
 
@@ -178,6 +189,7 @@ def plan(args) -> List[Step]:
                 "--model", args.multi30k_model,
                 *(["--max-update", str(args.multi30k_updates)] if args.multi30k_updates else []),
                 "--seeds", ",".join(map(str, range(1, k + 1))),
+                *(["--systems", ",".join(args.multi30k_systems)] if args.multi30k_systems else []),
                 *(TOY_MULTI30K if args.rehearse else []), "--raw-dir", str(args.raw_dir),
                 "--out", str(args.out / "multi30k")], "multi30k"))
     return steps
