@@ -5,8 +5,8 @@ Load it with ``--user-dir fairseq_csan`` (from the repository root; from any fol
 registers the models, the named architectures and the self-attention variants, and applies
 our fixes to fairseq (``fairseq_compat``, ``cli_help``); fairseq's known harmless warnings are
 filtered (``quiet``). In a process started as one of the kit's commands in ``WITHOUT_FAIRSEQ``
-(``python -m fairseq_csan.recipes.prepare``, ...), which leave fairseq to their child
-processes, fairseq is not imported, and the registration happens when fairseq is imported.
+(``python -m fairseq_csan.recipes.prepare``, ...), which need no model in their own process,
+fairseq is not imported, and the registration happens when fairseq is imported.
 """
 
 __version__ = "0.1.0"

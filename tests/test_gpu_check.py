@@ -100,6 +100,7 @@ def test_every_option_of_gpu_check_changes_its_steps_or_is_refused(only, capsys)
                         ["--lengths-from", "/d/newstest2014"], ["--raw-dir", "/r"], ["--multi30k-updates", "500"], ["--multi30k-model", "tiny"],
                         ["--multi30k-jobs", "3"], ["--multi30k-jobs", "0"], ["--multi30k-seeds", "2"],
                         ["--multi30k-systems", "transformer,csan2d"], ["--multi30k-systems", "lstm"],
+                        ["--multi30k-systems", "csan2d,csan2d"], ["--only", "tests,tests"],
                         ["--only", "tests,gpu"],
                         ["--budget-minutes", "10"], ["--rehearse"]])
 
@@ -296,6 +297,9 @@ def test_the_summary_is_ready_to_paste_into_the_docs(tmp_path):
     rehearsal = checker.paste_ready(checker.parse(["--out", str(tmp_path), "--rehearse", "--raw-dir", "/r"]),
                                     "rehearsal on the CPU, torch 2.13.0", "2026-11-26", passed)
     assert "a REHEARSAL at toy size on the CPU, not figures to publish" in rehearsal.splitlines()[2]
+    some = checker.paste_ready(checker.parse(["--out", str(tmp_path), "--raw-dir", "/r", "--multi30k-systems",
+                                              "transformer,csan2d"]), machine, "2026-11-26", passed)
+    assert "examples/multi30k/README.md, Results (--model small, systems transformer,csan2d only, " in some
     passed.remove(tmp_path / "benchmark_train_fp32.md")  # its step failed this time: no glance from it
     assert not checker.paste_ready(args, machine, "2026-11-26", passed).startswith("README.md")
 

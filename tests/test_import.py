@@ -1,5 +1,5 @@
 """fairseq_csan/__init__.py: importing the plugin registers everything, and the kit's commands
-that do their fairseq work in child processes start without importing fairseq, yet register
+that need no model in their own process start without importing fairseq, yet register
 everything the moment fairseq is imported in them after all."""
 
 import subprocess
@@ -44,7 +44,7 @@ def test_importing_the_plugin_registers_everything():
 
 
 @pytest.mark.parametrize("module", fairseq_csan.WITHOUT_FAIRSEQ)
-def test_the_kit_s_orchestrating_commands_start_without_fairseq(module):
+def test_the_kit_s_commands_that_need_no_model_start_without_fairseq(module):
     """python -X importtime -m MODULE --help lists no import of fairseq (or torch)."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -88,6 +88,7 @@ def test_seed_pooled_bootstrap_against_a_brute_force_reference():
 
 @pytest.mark.parametrize("args, message", [
     (["--systems", "transformer,lstm"], "--systems: unknown lstm"),
+    (["--systems", "transformer,csan2d,transformer"], "--systems lists transformer twice"),
     (["--windows", "3,4"], "positive odd numbers, got 4"),
     (["--heads", "5"], "at most 3"),
     (["--seeds", ""], "--seeds: give at least one seed"),

@@ -252,10 +252,8 @@ def test_the_names_known_without_fairseq_are_the_registered_ones():
     fairseq's Transformer names that it lists are registered in this fairseq."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    from fairseq_csan.arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS
-
     from fairseq_csan.__main__ import registered_variant
-    from fairseq_csan.arch_names import variant_of
+    from fairseq_csan.arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, variant_of
 
     ours = sorted(a for a, model in ARCH_MODEL_NAME_REGISTRY.items() if model == "transformer_variant")
     assert ours == sorted(ARCHITECTURES) and len(set(ARCHITECTURES)) == len(ARCHITECTURES) == 22

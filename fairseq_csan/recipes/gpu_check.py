@@ -104,6 +104,9 @@ def listed(flag, allowed):
                 raise argparse.ArgumentTypeError(f"{flag} takes {', '.join(allowed[:-1])} and {allowed[-1]}, got '{item}'")
         if not items:
             raise argparse.ArgumentTypeError(f"{flag} needs at least one of {', '.join(allowed)}")
+        twice = sorted({item for item in items if items.count(item) > 1})
+        if twice:
+            raise argparse.ArgumentTypeError(f"{flag} lists {', '.join(twice)} twice")
         return items
     return parse
 
@@ -329,8 +332,9 @@ def paste_ready(args, machine: str, day: str, passed) -> str:
                       + "\n\n".join(path.read_text(encoding="utf-8").rstrip() for path in speed))
     results = args.out / "multi30k" / "results.md"
     if results in passed:
-        blocks.append(f"examples/multi30k/README.md, Results (--model {args.multi30k_model}, scripts/gpu_check.sh on "
-                      f"{where}):\n\n" + results.read_text(encoding="utf-8").rstrip())
+        some = f", systems {','.join(args.multi30k_systems)} only" if args.multi30k_systems else ""
+        blocks.append(f"examples/multi30k/README.md, Results (--model {args.multi30k_model}{some}, scripts/gpu_check.sh "
+                      f"on {where}):\n\n" + results.read_text(encoding="utf-8").rstrip())
     return "\n\n".join(blocks)
 
 

@@ -436,6 +436,9 @@ def main(argv=None):
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown or not args.systems:
         parser.error(f"--systems: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(SYSTEMS)}")
+    twice = sorted({s for s in args.systems if args.systems.count(s) > 1})
+    if twice:
+        parser.error(f"--systems lists {', '.join(twice)} twice")
     if not args.seeds:
         parser.error("--seeds: give at least one seed")
     for flag, value in (("--max-update", args.max_update), ("--jobs", args.jobs), ("--merges", args.merges),
