@@ -63,9 +63,11 @@ TOY_BENCHMARK = ["--model-flags", TOY_MODEL, "--rounds", "1", "--warmup", "0", "
                  "--batch-size", "8", "--vocab", "200", "--threads", "1"]
 TOY_CROSSOVER = ["--lengths", "32", "64", "--tokens", "512", "--rounds", "1", "--warmup", "0", "--threads", "1"]
 TOY_MULTI30K = ["--windows", "3", "--heads", "1", "--bootstrap-samples", "100"]
-# seconds a step is expected to take when it has not run here before (GPU: a guess, no GPU measured
-# yet; CPU: the rehearsal on the project's 2-core machine)
-ESTIMATE = {False: {"tests": 600, "benchmark": 600, "crossover": 300, "multi30k": 900},
+# seconds a step is expected to take when it has not run here before (GPU: a benchmark step took 34 to
+# 50 s and a crossover 16 to 24 s on an NVIDIA H200 on 2026-11-27, docs/speed.md; the tests there took
+# 139 s in 8 processes, this one runs them in one; Multi30k is a guess. CPU: the rehearsal on the
+# project's 2-core machine)
+ESTIMATE = {False: {"tests": 600, "benchmark": 90, "crossover": 45, "multi30k": 900},
             True: {"tests": 30, "benchmark": 15, "crossover": 15, "multi30k": 120}}
 
 
