@@ -101,6 +101,32 @@ def test_the_models_run_in_the_chosen_precision(mode, precision, dtype, monkeypa
     assert "Command: python -m fairseq_csan.recipes.benchmark --mode" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("untimed_first, ratio", [(True, "1.000"), (False, "0.333")])
+def test_on_a_gpu_each_model_meets_the_batch_before_it_is_timed(untimed_first, ratio, monkeypatch, tmp_path):
+    """A first call on a new shape that costs more (a GPU's choice of kernels) is left out of the
+    time where the benchmark meets each batch untimed first (on a GPU), and counted where not."""
+    assert benchmark.meets_shapes_untimed("cuda") and not benchmark.meets_shapes_untimed("cpu")
+    met = set()
+
+    def step(model, batch):  # the seconds a call takes: 5 (the variant) or 1 on a first meeting, then 1
+        first = (type(model).__name__, id(batch)) not in met
+        met.add((type(model).__name__, id(batch)))
+        return 5.0 if first and type(model).__name__ == "VariantTransformerModel" else 1.0
+
+    monkeypatch.setattr(benchmark, "train_step", step)
+    monkeypatch.setattr(benchmark, "timed", lambda call, device: call())
+    monkeypatch.setattr(benchmark, "meets_shapes_untimed", lambda device: untimed_first)
+    out = tmp_path / "table.md"
+    argv = ["benchmark", "--no-malloc-tuning", "--archs", "transformer_csan2d", "--lengths-from",
+            shared_corpus("wmt14_en_de") / "newstest2014", "--model-flags", TINY_FLAGS, "--vocab", "100",
+            "--max-tokens", "200", "--rounds", "2", "--warmup", "0", "--out", out]
+    monkeypatch.setattr(sys, "argv", [str(a) for a in argv])
+    benchmark.main()
+    table = out.read_text()
+    assert re.search(rf"^\| transformer_csan2d \| 0\.\d\dM \| [\d.]+ \| {ratio} \|", table, re.M), table
+    assert ("each model runs each round's batch once, untimed, before it is timed." in table) == untimed_first
+
+
 # ---------------------------------------------------------------- refusals, one line naming the flag
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")

@@ -52,6 +52,8 @@ every device.
 
 --device cuda times on the GPU: batches and models live there, and each timed call is bracketed
 by torch.cuda.synchronize(), so a time covers the kernels the call queued, not only their launch.
+In --mode train and decode each model first runs each round's batch once, untimed: a GPU pays once
+for each new tensor shape, which training pays once per shape and not at every step.
 --precision fp16 / bf16 cast the model to that type, as fairseq-train and fairseq-generate do with
 --fp16 / --bf16 (the loss and the log-probabilities stay in float32, as there); fp32 is the default.
 --all times every architecture of docs/speed.md (Table 1 and the two context-aware models);
@@ -206,6 +208,14 @@ def timed(step, device):
     step()
     sync()
     return time.perf_counter() - start
+
+
+def meets_shapes_untimed(device) -> bool:
+    """Whether --mode train/decode runs each model once, untimed, on a round's batch before the
+    timed A B C C B A: on a GPU. A GPU pays once for each new tensor shape (the choice of its
+    kernels; seen in fp16 and bf16 on an NVIDIA H200, docs/speed.md), every round brings a new
+    batch shape, and a training run pays that once per shape, not at every step."""
+    return torch.device(device).type == "cuda"
 
 
 def machine(args, tuned):
@@ -658,6 +668,9 @@ def sentences(args, dictionary, tuned):
         order = archs[r % len(archs):] + archs[: r % len(archs)]
         units = int(batch[3].ne(1).sum()) if args.mode == "train" else batch[0].size(0)
         elapsed = dict.fromkeys(archs, 0.0)
+        if meets_shapes_untimed(device):
+            for arch in order:
+                step(models[arch], batch)
         for arch in order + order[::-1]:
             elapsed[arch] += timed(lambda: step(models[arch], batch), device)
         if r >= args.warmup:
@@ -680,7 +693,8 @@ def sentences(args, dictionary, tuned):
         unit = "sentences/s"
     lines = [
         f"{what} (mean source length {src_len:.1f} tokens, lengths of "
-        f"{args.lengths_from.name if args.lengths_from else 'newstest2014'}), {args.rounds} rounds (A B C C B A) after {args.warmup} warm-up.",
+        f"{args.lengths_from.name if args.lengths_from else 'newstest2014'}), {args.rounds} rounds (A B C C B A) after {args.warmup} warm-up"
+        + ("; each model runs each round's batch once, untimed, before it is timed." if meets_shapes_untimed(device) else "."),
         machine(args, tuned),
         "",
         f"| architecture | parameters | {unit} (median) | ratio to baseline (median) | ratio range |",
