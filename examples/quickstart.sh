@@ -104,10 +104,13 @@ if [ -n "$CORPUS" ]; then
   for f in "${TESTS[@]}"; do need "$f"; done
 fi
 # (this asks Python, so it comes after the checks above, which do not): the architecture's
-# variant and whether torch sees a CUDA device. Our variants go in the lower 2 encoder layers;
-# fairseq's own architectures and ours without a variant (transformer_ctxaware) take no --csan-layers
-FACTS=$(python -m fairseq_csan variant "$ARCH" --device 2>/dev/null) \
-  || die "$(python -m fairseq_csan variant "$ARCH" --device 2>&1 | grep -v '^INFO' | tail -1)"
+# variant and, unless DEVICE=cpu, whether torch sees a CUDA device (which takes a torch import).
+# Our variants go in the lower 2 encoder layers; fairseq's own architectures and ours without a
+# variant (transformer_ctxaware) take no --csan-layers
+PROBE=(--device)
+[ "$DEVICE" = cpu ] && PROBE=()
+FACTS=$(python -m fairseq_csan variant "$ARCH" "${PROBE[@]}" 2>/dev/null) \
+  || die "$(python -m fairseq_csan variant "$ARCH" "${PROBE[@]}" 2>&1 | grep -v '^INFO' | tail -1)"
 read -r VARIANT SEEN <<< "$FACTS"
 LAYER_FLAGS=()
 case "$VARIANT" in none|standard) ;; *) LAYER_FLAGS=(--csan-layers 2) ;; esac

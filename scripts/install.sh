@@ -176,6 +176,11 @@ fi
 
 say "3/4 fairseq_csan (editable) with its requirements and the extras $EXTRAS; nothing pinned changes"
 add "$PY" -m pip install -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
+# an editable install leaves the package's bytecode to its first import, which writes none where
+# PYTHONDONTWRITEBYTECODE is set (some containers and CI machines), so every process would compile
+# it again: compile it now, as pip does for an installed package (an edited module is compiled
+# again as it is imported, as always)
+add "$PY" -m compileall -q "$ROOT/fairseq_csan"
 
 say "constraints file $CONSTRAINTS: ${PINS[*]}"
 checks="every pinned distribution has its version, pip check lists no new problem"

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from recipe_helpers import fake_task, lines, refusal_of, run, walk_options, write
+from recipe_helpers import fake_task, lines, recipe_main, refusal_of, run, walk_options, write
 
 EXPORT = [sys.executable, "-m", "fairseq_csan.recipes.export"]
 
@@ -15,6 +15,11 @@ def export(*args):
 
 
 def test_refusals_name_the_problem(tmp_path):
+    """Refused before anything is written (export's main in this process; its door runs below)."""
+
+    def export(*args):
+        return recipe_main("export", *args)
+
     task = fake_task(tmp_path)
     checkpoint = tmp_path / "ck.pt"
     checkpoint.write_bytes(b"x")

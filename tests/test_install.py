@@ -14,6 +14,7 @@ import json
 import importlib.metadata as md
 import os
 import re
+import statistics
 import subprocess
 import sys
 import zipfile
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_corpus
+from recipe_helpers import lines, write
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -296,8 +298,9 @@ def offline(tmp_path_factory):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     torch_version = md.version("torch").split("+")[0]  # (a local label such as +cpu is not on PyPI)
-    # (--no-compile: Python compiles what is imported when it is, not all of torch here: 20 s less)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", f"torch=={torch_version}"],
+    # (compiled, as pip does by default: where PYTHONDONTWRITEBYTECODE is set, as on CI, an uncompiled
+    # torch is compiled again by every process that imports it, about 4 s each on 2 cores)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={torch_version}"],
                    check=True, timeout=600)
     checkout = tmp_path / "checkout"
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
@@ -408,19 +411,56 @@ def test_the_project_as_a_wheel_runs_its_pipelines_from_an_empty_folder(offline)
         "--input", "mine.en", "--output", "mine.de", "--cpu"], empty)
     assert len((empty / "mine.de").read_text().splitlines()) == 1
 
+    # the Multi30k reproduction at a tiny budget on a slice: two systems, two seeds, one sweep point;
+    # its table against each run's evaluation, every plot; a rerun keeps every run; another budget
+    # or model in the same folder is refused
     m30k = shared_corpus("multi30k_en_de")
     raw = empty / "m30k_raw"
-    for name, n in (("train", 400), ("val", 20), ("test_2016_flickr", 20)):
+    for name, n in (("train", 1200), ("val", 40), ("test_2016_flickr", 40)):
         for lang in ("en", "de"):
-            rows = (m30k / f"{name}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
-            (raw / f"{name}.{lang}").parent.mkdir(exist_ok=True)
-            (raw / f"{name}.{lang}").write_text("".join(rows), encoding="utf-8")
-    ok([python, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", "m30k_raw", "--out", "m30k", "--merges", "200",
-        "--seeds", "1", "--systems", "transformer,csan2d", "--max-update", "8", "--windows", "3", "--heads", "",
-        "--bootstrap-samples", "20", "--jobs", "1"], empty, timeout=900)
-    records = {r["system"] for r in json.loads((empty / "m30k" / "results.json").read_text())}
-    assert records == {"transformer", "csan2d"}
-    assert (empty / "m30k" / "sweep" / "csan1d_window3" / "eval" / "results.json").is_file()
+            write(raw / f"{name}.{lang}", lines(m30k / f"{name}.{lang}")[:n])
+    out = empty / "m30k"
+    command = [python, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", "m30k_raw", "--out", "m30k", "--merges", 300,
+               "--seeds", "1,2", "--systems", "transformer,ctxaware", "--max-update", 8, "--windows", 3, "--heads", "",
+               "--bootstrap-samples", 100]
+    done = ok(command, empty, timeout=900)
+
+    records = {r["system"]: r for r in json.loads((out / "results.json").read_text())}
+    assert set(records) == {"transformer", "ctxaware"}
+    for system, record in records.items():
+        per_run = [json.loads((out / "runs" / system / f"seed{s}" / "eval" / "results.json").read_text())
+                   for s in (1, 2)]
+        assert record["sacrebleu"] == [r["sacrebleu"] for r in per_run]
+        assert record["mean"] == pytest.approx(statistics.fmean(record["sacrebleu"]))
+        assert record["sd"] == pytest.approx(statistics.stdev(record["sacrebleu"]))
+        assert all(r["sentences"] == 40 for r in per_run)
+    test = records["ctxaware"]["bootstrap"]
+    assert test["delta"] == pytest.approx(records["ctxaware"]["mean"] - records["transformer"]["mean"])
+    assert 0 < test["p_value"] <= 1 and len(records["ctxaware"]["bootstrap_per_seed"]) == 2
+    table = (out / "results.md").read_text()
+    assert "| ctxaware | transformer_ctxaware |" in table and "test_2016_flickr" in table
+    for name in ("results.png", "results.csv", "analysis/ngram_gap.csv", "analysis/ngram_gap.png",
+                 "analysis/length_buckets.csv", "analysis/length_buckets.png", "analysis/gate_weights.csv",
+                 "analysis/gate_weights.png", "analysis/window_sweep.csv", "analysis/window_sweep.png"):
+        assert (out / name).is_file(), name
+    # n-gram gap of the pooled seeds: 2 x 40 lines of each system against the reference twice
+    assert len(lines(out / "analysis" / "pooled" / "ref.tok")) == 80
+    assert len(lines(out / "analysis" / "pooled" / "ctxaware.tok")) == 80
+    sweep = lines(out / "analysis" / "window_sweep.csv")
+    assert len(sweep) == 2 and sweep[1].startswith("window,3,")
+    assert (out / "sweep" / "csan1d_window3" / "eval" / "results.json").is_file()
+    assert "5/5 " in done.stderr and "6/5" not in done.stderr
+    assert "1 run(s) at a time" in table or "2 run(s) at a time" in table
+
+    checkpoint = out / "runs" / "ctxaware" / "seed1" / "checkpoints" / "checkpoint_last.pt"
+    before = checkpoint.stat().st_mtime
+    again = ok(command, empty, timeout=900)
+    assert checkpoint.stat().st_mtime == before
+    assert again.stderr.count("finished before; kept") == 5
+    for changed in ([*command[:-2], "--max-update", 16], [*command, "--model", "small"]):
+        refused = subprocess.run([str(c) for c in changed], cwd=empty, capture_output=True, text=True, env=env,
+                                 timeout=300)
+        assert refused.returncode != 0 and "other settings" in refused.stderr, refused.stderr[-2000:]
 
 
 def test_a_wheelhouse_that_does_not_fit_is_refused_before_any_change(tmp_path):

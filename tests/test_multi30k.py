@@ -1,5 +1,7 @@
 """fairseq_csan/recipes/multi30k.py: its significance test against sacreBLEU's own, its
-refusals of bad settings, and (slow) a smoke run of the whole reproduction at a tiny budget."""
+refusals of bad settings. The whole reproduction at a tiny budget (two systems, two seeds, one
+sweep point, a rerun, another budget refused) runs from an installed wheel in
+tests/test_install.py (test_the_project_as_a_wheel_runs_its_pipelines_from_an_empty_folder)."""
 
 import json
 import statistics
@@ -11,7 +13,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from conftest import shared_corpus
-from recipe_helpers import lines, recipe_main, run, write
+from recipe_helpers import recipe_main, write
 
 def load():
     from fairseq_csan.recipes import multi30k
@@ -103,61 +105,6 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, args, message):
     done = in_process(multi30k.main, ["--out", tmp_path / "out", *args], check=False)
     assert done.returncode == 2 and message in done.stderr
     assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow
-def test_reproduction_smoke_run(tmp_path):
-    """The one command at a tiny budget on a slice of Multi30k: two systems, two seeds, one
-    sweep point; then a rerun that keeps every run, and a refused change of budget."""
-    m30k = shared_corpus("multi30k_en_de")
-    raw = tmp_path / "raw"
-    for lang in ("en", "de"):
-        write(raw / f"train.{lang}", lines(m30k / f"train.{lang}")[:1200])
-        write(raw / f"val.{lang}", lines(m30k / f"val.{lang}")[:40])
-        write(raw / f"test_2016_flickr.{lang}", lines(m30k / f"test_2016_flickr.{lang}")[:40])
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "fairseq_csan.recipes.multi30k", "--raw-dir", raw, "--out", out, "--merges", 300, "--seeds", "1,2",
-               "--systems", "transformer,ctxaware", "--max-update", 8, "--windows", 3, "--heads", "",
-               "--bootstrap-samples", 100]
-    done = run(command)
-
-    records = {r["system"]: r for r in json.loads((out / "results.json").read_text())}
-    assert set(records) == {"transformer", "ctxaware"}
-    for system, record in records.items():
-        per_run = [json.loads((out / "runs" / system / f"seed{s}" / "eval" / "results.json").read_text())
-                   for s in (1, 2)]
-        assert record["sacrebleu"] == [r["sacrebleu"] for r in per_run]
-        assert record["mean"] == pytest.approx(statistics.fmean(record["sacrebleu"]))
-        assert record["sd"] == pytest.approx(statistics.stdev(record["sacrebleu"]))
-        assert all(r["sentences"] == 40 for r in per_run)
-    test = records["ctxaware"]["bootstrap"]
-    assert test["delta"] == pytest.approx(records["ctxaware"]["mean"] - records["transformer"]["mean"])
-    assert 0 < test["p_value"] <= 1 and len(records["ctxaware"]["bootstrap_per_seed"]) == 2
-    table = (out / "results.md").read_text()
-    assert "| ctxaware | transformer_ctxaware |" in table and "test_2016_flickr" in table
-    for name in ("results.png", "results.csv", "analysis/ngram_gap.csv", "analysis/ngram_gap.png",
-                 "analysis/length_buckets.csv", "analysis/length_buckets.png", "analysis/gate_weights.csv",
-                 "analysis/gate_weights.png", "analysis/window_sweep.csv", "analysis/window_sweep.png"):
-        assert (out / name).is_file(), name
-    # n-gram gap of the pooled seeds: 2 x 40 lines of each system against the reference twice
-    assert len(lines(out / "analysis" / "pooled" / "ref.tok")) == 80
-    assert len(lines(out / "analysis" / "pooled" / "ctxaware.tok")) == 80
-    sweep = lines(out / "analysis" / "window_sweep.csv")
-    assert len(sweep) == 2 and sweep[1].startswith("window,3,")
-    assert "5/5 " in done.stderr and "6/5" not in done.stderr
-    assert "1 run(s) at a time" in table or "2 run(s) at a time" in table
-
-    # a rerun keeps every finished run and rewrites the report
-    checkpoint = out / "runs" / "ctxaware" / "seed1" / "checkpoints" / "checkpoint_last.pt"
-    before = checkpoint.stat().st_mtime
-    again = run(command)
-    assert checkpoint.stat().st_mtime == before
-    assert again.stderr.count("finished before; kept") == 5
-    # another budget in the same output folder is refused
-    refused = run([*command[:-2], "--max-update", 16], check=False)
-    assert refused.returncode != 0 and "other settings" in refused.stderr
-    refused = run([*command, "--model", "small"], check=False)  # so is another model
-    assert refused.returncode != 0 and "other settings" in refused.stderr
 
 
 def test_the_model_sizes():

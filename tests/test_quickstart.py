@@ -74,7 +74,8 @@ def test_every_setting_changes_the_commands_or_is_refused(tmp_path, corpus):
 
     from recipe_helpers import walk_options
 
-    context = {"CORPUS": str(shared_corpus("multi30k_en_de"))} if corpus else {}
+    # on the CPU, as DEVICE=cpu (no torch import to look for a GPU); auto is the other tests' default
+    context = {"DEVICE": "cpu", **({"CORPUS": str(shared_corpus("multi30k_en_de"))} if corpus else {})}
     other = tmp_path / "m30k_copy"
     shutil.copytree(shared_corpus("multi30k_en_de"), other)
 
@@ -88,7 +89,7 @@ def test_every_setting_changes_the_commands_or_is_refused(tmp_path, corpus):
                 {"DIM": "64"}, {"MAX_TOKENS": "1000"}, {"BPE_MERGES": "100"}, {"MODEL_FLAGS": "--dropout 0.2"},
                 {"TOY_ARGS": "--train 100"}, {"FORCE": "1"}, {"FORCE": "yes"}, {"DRY_RUN": "2"},
                 {"SRC": "de", "TGT": "en"}, {"SRC": "fr"}, {"TGT": "fr"}]
-    settings.append({"DEVICE": "cpu" if torch.cuda.is_available() else "cuda"})  # the one auto does not pick
+    settings.append({"DEVICE": "auto" if torch.cuda.is_available() else "cuda"})  # the one that is not the CPU
     walk_options(plan, [setting.items() for setting in settings])
     assert not (tmp_path / "work").exists()  # a dry run writes nothing
 
@@ -213,9 +214,27 @@ def multi30k_task(multi30k_subset, tmp_path_factory):
     return data
 
 
+# the quick start's small model (32 wide, a variant in the lower 2 of 3 encoder layers), as it
+# passes it to scripts/train.sh after "--"
+QUICK_MODEL = ["--encoder-layers", 3, "--decoder-layers", 3, "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
+               "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64, "--encoder-attention-heads", 4,
+               "--decoder-attention-heads", 4]
+QUICK_TRAINING = ["--dropout", 0.1, "--lr", 1.5e-3, "--warmup-updates", 100, "--clip-norm", 1.0, "--max-tokens", 2048,
+                  "--update-freq", 1, "--save-interval-updates", 2, "--log-interval", 50]
+
+
+def quick_train_argv(data: Path, save: Path, arch: str, flags=()):
+    """scripts/train.sh's arguments for ``arch`` as the quick start gives them: its small model
+    trained for 15 updates on the CPU."""
+    from fairseq_csan.__main__ import variant
+
+    layers = [] if variant(arch) in ("none", "standard") else ["--csan-layers", 2]
+    return [str(a) for a in ["--data", data, "--arch", arch, "--save-dir", save, "--cpu-tiny", "--max-update", 15,
+                             "--", *QUICK_MODEL, *layers, *QUICK_TRAINING, *flags]]
+
+
 def train_evaluate_export(data: Path, work: Path, arch: str, flags=()):
-    """The quick start's steps 3 to 5 for ``arch`` on a prepared task: its small model (32 wide, a
-    variant in the lower 2 of 3 encoder layers) trained for 15 updates on the CPU by
+    """The quick start's steps 3 to 5 for ``arch`` on a prepared task: its small model trained by
     scripts/train.sh (fairseq-train --user-dir), the last checkpoints averaged and the test set
     decoded with beam 4 by the evaluation (fairseq-generate --user-dir), the model folder
     exported, and one sentence translated through fairseq's hub interface of that folder. The
@@ -223,17 +242,10 @@ def train_evaluate_export(data: Path, work: Path, arch: str, flags=()):
     training log and fairseq-generate's output."""
     from fairseq.models.transformer import TransformerModel
 
-    from fairseq_csan.__main__ import variant
     from fairseq_csan.recipes import evaluate, export
 
     ckpt, results, model = work / "checkpoints", work / "results", work / "model"
-    layers = [] if variant(arch) in ("none", "standard") else ["--csan-layers", "2"]
-    run(["bash", "scripts/train.sh", "--data", data, "--arch", arch, "--save-dir", ckpt, "--cpu-tiny", "--max-update",
-         15, "--", "--encoder-layers", 3, "--decoder-layers", 3, "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
-         "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64, "--encoder-attention-heads", 4,
-         "--decoder-attention-heads", 4, *layers, "--dropout", 0.1, "--lr", 1.5e-3, "--warmup-updates", 100,
-         "--clip-norm", 1.0, "--max-tokens", 2048, "--update-freq", 1, "--save-interval-updates", 2,
-         "--log-interval", 50, *flags])
+    run(["bash", "scripts/train.sh", *quick_train_argv(data, ckpt, arch, flags)])
     assert (ckpt / "checkpoint_last.pt").is_file()
     last = min(5, len(list(ckpt.glob("checkpoint_*_*.pt"))))
     evaluate.main(["--data", str(data), "--checkpoints", str(ckpt), "--out", str(results), "--last", str(last), "--cpu"])
@@ -251,24 +263,69 @@ def train_evaluate_export(data: Path, work: Path, arch: str, flags=()):
     return train_log, (results / "generate.txt").read_text()
 
 
-@pytest.mark.slow
+def one_per_mechanism():
+    """One registered variant of each mechanism (the module that implements it; the last by name,
+    so 2D-CSAN for the local windows): the quick start's whole path runs for these, and every
+    variant's settings reach fairseq's parser below."""
+    from fairseq_csan.modules import get_self_attention
+
+    chosen = {}
+    for name in sorted(set(SELF_ATTENTION_VARIANTS) - {"standard"}):
+        chosen[get_self_attention(name).__module__] = name
+    return sorted(chosen.values())
+
+
+def test_one_variant_of_each_mechanism_runs_the_whole_path():
+    assert one_per_mechanism() == ["bidirect", "block", "cnn", "csan2d", "neighbor", "relpos"]
+
+
 @pytest.mark.parametrize("variant", sorted(set(SELF_ATTENTION_VARIANTS) - {"standard"}))
-def test_every_variant_trains_and_translates_multi30k(variant, multi30k_task, tmp_path):
+def test_every_variant_gets_the_quick_starts_settings(variant, tmp_path):
+    """The fairseq-train command scripts/train.sh builds from the quick start's arguments, read by
+    fairseq's own parser (with --user-dir): the variant, in the lower 2 encoder layers."""
+    from fairseq import options
+
+    from fairseq_csan.recipes import train as kit
+    from recipe_helpers import fake_task
+
+    command = kit.build(kit.parse(quick_train_argv(fake_task(tmp_path), tmp_path / "ck", f"transformer_{variant}")))["cmd"]
+    assert command[0] == "fairseq-train" and "--user-dir" in command
+    args = options.parse_args_and_arch(options.get_training_parser(), command[1:])
+    assert (args.arch, args.encoder_self_attention, args.csan_layers) == (f"transformer_{variant}", variant, 2)
+    assert (args.encoder_embed_dim, args.encoder_layers, args.max_update) == (32, 3, 15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", one_per_mechanism())
+def test_one_variant_of_each_mechanism_trains_and_translates_multi30k(variant, multi30k_task, tmp_path):
     """scripts/train.sh and the evaluation (fairseq-train, fairseq-generate --user-dir), averaging,
-    the model folder and the hub interface, for every registered variant, as the quick start runs them."""
+    the model folder and the hub interface, as the quick start runs them, for one variant of each
+    mechanism (one tiny checkpoint per family; every variant's settings: the test above)."""
     train_log, gen = train_evaluate_export(multi30k_task, tmp_path, f"transformer_{variant}")
     assert f"encoder_self_attention='{variant}'" in train_log and "csan_layers=2" in train_log  # the quick start's
     assert "Generate test with beam=4" in gen
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", ["", "--ctx-side decoder", "--ctx-side both"])
-def test_context_aware_trains_and_translates_multi30k(flags, multi30k_task, tmp_path):
-    """Encoder side, decoder side (incremental decoding in fairseq-generate) and both."""
-    train_log, gen = train_evaluate_export(multi30k_task, tmp_path, "transformer_ctxaware", flags.split())
-    side = flags.split()[-1] if flags else "encoder"
-    assert f"ctx_side='{side}'" in train_log
+def test_context_aware_on_both_sides_trains_and_translates_multi30k(multi30k_task, tmp_path):
+    """Context gating on the encoder and the decoder side (incremental decoding in fairseq-generate)."""
+    train_log, gen = train_evaluate_export(multi30k_task, tmp_path, "transformer_ctxaware", ["--ctx-side", "both"])
+    assert "ctx_side='both'" in train_log
     assert "Generate test with beam=4" in gen
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder", "both"])
+def test_every_context_side_gets_the_quick_starts_settings(side, tmp_path):
+    from fairseq import options
+
+    from fairseq_csan.recipes import train as kit
+    from recipe_helpers import fake_task
+
+    flags = [] if side == "encoder" else ["--ctx-side", side]
+    argv = quick_train_argv(fake_task(tmp_path), tmp_path / "ck", "transformer_ctxaware", flags)
+    command = kit.build(kit.parse(argv))["cmd"]
+    args = options.parse_args_and_arch(options.get_training_parser(), command[1:])
+    assert (args.arch, args.ctx_side) == ("transformer_ctxaware", side)
 
 
 def test_quickstart_reports_a_missing_corpus_file(tmp_path):
