@@ -276,21 +276,27 @@ def one_per_mechanism():
 
 
 def test_one_variant_of_each_mechanism_runs_the_whole_path():
+    """The ones docs/development.md names."""
     assert one_per_mechanism() == ["bidirect", "block", "cnn", "csan2d", "neighbor", "relpos"]
 
 
-@pytest.mark.parametrize("variant", sorted(set(SELF_ATTENTION_VARIANTS) - {"standard"}))
-def test_every_variant_gets_the_quick_starts_settings(variant, tmp_path):
-    """The fairseq-train command scripts/train.sh builds from the quick start's arguments, read by
-    fairseq's own parser (with --user-dir): the variant, in the lower 2 encoder layers."""
+def quick_fairseq_args(tmp_path, arch, flags=()):
+    """The fairseq-train command scripts/train.sh builds from the quick start's arguments for
+    ``arch``, read by fairseq's own parser (with --user-dir), in this process."""
     from fairseq import options
 
     from fairseq_csan.recipes import train as kit
     from recipe_helpers import fake_task
 
-    command = kit.build(kit.parse(quick_train_argv(fake_task(tmp_path), tmp_path / "ck", f"transformer_{variant}")))["cmd"]
+    command = kit.build(kit.parse(quick_train_argv(fake_task(tmp_path), tmp_path / "ck", arch, flags)))["cmd"]
     assert command[0] == "fairseq-train" and "--user-dir" in command
-    args = options.parse_args_and_arch(options.get_training_parser(), command[1:])
+    return options.parse_args_and_arch(options.get_training_parser(), command[1:])
+
+
+@pytest.mark.parametrize("variant", sorted(set(SELF_ATTENTION_VARIANTS) - {"standard"}))
+def test_every_variant_gets_the_quick_starts_settings(variant, tmp_path):
+    """The variant, in the lower 2 encoder layers of the quick start's small model."""
+    args = quick_fairseq_args(tmp_path, f"transformer_{variant}")
     assert (args.arch, args.encoder_self_attention, args.csan_layers) == (f"transformer_{variant}", variant, 2)
     assert (args.encoder_embed_dim, args.encoder_layers, args.max_update) == (32, 3, 15)
 
@@ -316,16 +322,8 @@ def test_context_aware_on_both_sides_trains_and_translates_multi30k(multi30k_tas
 
 @pytest.mark.parametrize("side", ["encoder", "decoder", "both"])
 def test_every_context_side_gets_the_quick_starts_settings(side, tmp_path):
-    from fairseq import options
-
-    from fairseq_csan.recipes import train as kit
-    from recipe_helpers import fake_task
-
-    flags = [] if side == "encoder" else ["--ctx-side", side]
-    argv = quick_train_argv(fake_task(tmp_path), tmp_path / "ck", "transformer_ctxaware", flags)
-    command = kit.build(kit.parse(argv))["cmd"]
-    args = options.parse_args_and_arch(options.get_training_parser(), command[1:])
-    assert (args.arch, args.ctx_side) == ("transformer_ctxaware", side)
+    args = quick_fairseq_args(tmp_path, "transformer_ctxaware", [] if side == "encoder" else ["--ctx-side", side])
+    assert (args.arch, args.ctx_side, args.encoder_embed_dim) == ("transformer_ctxaware", side, 32)
 
 
 def test_quickstart_reports_a_missing_corpus_file(tmp_path):
