@@ -133,27 +133,6 @@ def tree(ende, tmp_path_factory):
     return root
 
 
-# ---------------------------------------------------------------- which process runs what (README: Tests)
-
-SHARED = ("ende", "tree", "tiny_task")  # session fixtures: built once in the process that runs their files
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist's ``--dist loadgroup`` each test file runs whole in one process, as
-    ``--dist loadfile`` would run it (its module fixtures built once), and the files whose tests
-    use a session fixture of SHARED run in one process together, so that each of those is built
-    once in the session rather than once in each process. Without pytest-xdist the marks do
-    nothing."""
-    files = {}
-    for item in items:
-        files.setdefault(item.path, []).append(item)
-    for path, tests in files.items():
-        shared = any(name in SHARED for test in tests for name in getattr(test, "fixturenames", ()))
-        for test in tests:
-            test.add_marker(pytest.mark.xdist_group("shared fixtures" if shared else path.name))
-
-
 # ---------------------------------------------------------------- every architecture of the plugin
 
 def plugin_archs():
