@@ -14,6 +14,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # worker and in every process a test starts, so no core runs two busy thread pools
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
+# tests/startup/sitecustomize.py in every process of the suite: fewer garbage collections (its
+# docstring says why); set here, before pytest-xdist starts its workers, which inherit it
+STARTUP = str(Path(__file__).resolve().parent / "startup")
+if STARTUP not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [STARTUP, os.environ.get("PYTHONPATH")]))
+
 import torch  # noqa: E402
 
 import fairseq_csan  # noqa: F401  (registers the architectures)
@@ -23,6 +29,16 @@ from fairseq.tasks.translation import TranslationTask
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CSAN_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def pytest_collection_finish(session):
+    """What the suite's process holds once every test is collected (torch, fairseq, the test
+    modules) lives to the end: frozen, the garbage collector no longer passes over it (as
+    tests/startup/sitecustomize.py explains)."""
+    import gc
+
+    gc.freeze()
+
 
 # the smallest dimensions at which every setting under test is legal (4 heads, 3 layers)
 TINY = [
