@@ -61,6 +61,6 @@ setup(
         # `pip install wandb` besides.
         "logging": LOGGING,
         # pytest-xdist: the suite runs on every core (README: Tests)
-        "test": ["pytest>=7", "pytest-xdist>=3", *RECIPES, *ANALYSIS],
+        "test": ["pytest>=7", "pytest-xdist>=3.8", *RECIPES, *ANALYSIS],
     },
 )

@@ -31,6 +31,22 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CSAN_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+# The files that take longest, longest first (their share of a full run on 2 cores, 2026-11-28:
+# from about 600 s for test_install.py down to about 180 s for test_sweep.py); the others follow
+# in pytest's order. With `--dist loadfile --no-loadscope-reorder` (README: Tests) pytest-xdist
+# hands out whole files in this order, so the short ones fill in at the end instead of one
+# process running a long file alone while the other waits (its own order, by number of tests,
+# would leave test_readme.py, six tests, one of them five minutes long, for last).
+LONGEST_FIRST = ("test_install.py", "test_quickstart.py", "test_evaluate.py", "test_train.py", "test_readme.py",
+                 "test_gpu_check.py", "test_prepare_files.py", "test_distributed.py", "test_ownership.py",
+                 "test_docs.py", "test_sweep.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
+
+
 def pytest_collection_finish(session):
     """What the suite's process holds once every test is collected (torch, fairseq, the test
     modules) lives to the end: frozen, the garbage collector no longer passes over it (as

@@ -271,6 +271,49 @@ def _offline_env(venv: Path, home: Path):
     return env
 
 
+def install_as_here(venv: Path, name: str):
+    """Distribution ``name`` and those it requires, as this environment has them installed, into
+    ``venv``, as pip would leave them (a version the venv has already, its setuptools, replaced):
+    the installed files, compiled bytecode included, hard-linked (copied across file systems).
+    A second or two where pip takes about a minute to unpack and compile torch again; a copy
+    uncompiled would be compiled again by every process that imports it where
+    PYTHONDONTWRITEBYTECODE is set, as on CI. Console scripts (torchrun) are left out."""
+    import shutil
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    present = {canonicalize_name(d.metadata["Name"]): d for d in md.distributions(path=[str(site)])}
+    todo, done = [name], set()
+    while todo:
+        dist = md.distribution(todo.pop())
+        key = canonicalize_name(dist.metadata["Name"])
+        if key in done:
+            continue
+        done.add(key)
+        if key in present:  # replaced, as pip replaces it: its files and its .dist-info folder
+            installed = [Path(present[key].locate_file(f)) for f in present[key].files or []]
+            for path in installed:
+                path.unlink(missing_ok=True)
+            for metadata in (path for path in installed if path.name == "METADATA"):
+                shutil.rmtree(metadata.parent, ignore_errors=True)
+        for f in dist.files or []:
+            source, target = Path(dist.locate_file(f)), site / f
+            if str(f).startswith("..") or not source.is_file():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+        for spec in dist.requires or []:
+            requirement = Requirement(spec)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+
+
 @pytest.fixture(scope="module")
 def offline(tmp_path_factory):
     """--make-wheelhouse on this (connected) machine (twice, and into a user's folder), then
@@ -298,11 +341,7 @@ def offline(tmp_path_factory):
     # the machine without network: a fresh venv with torch alone, and a copy of the checkout
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    torch_version = md.version("torch").split("+")[0]  # (a local label such as +cpu is not on PyPI)
-    # (compiled, as pip does by default: where PYTHONDONTWRITEBYTECODE is set, as on CI, an uncompiled
-    # torch is compiled again by every process that imports it, about 4 s each on 2 cores)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={torch_version}"],
-                   check=True, timeout=600)
+    install_as_here(venv, "torch")
     checkout = tmp_path / "checkout"
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     for name in filter(None, listed.decode().split("\0")):
