@@ -2,10 +2,10 @@
 process a test starts (tests/conftest.py puts this folder first on PYTHONPATH).
 
 Garbage collection only, for speed; nothing a test checks depends on when a collection runs.
-A process that imports fairseq creates about two million objects, and with Python's default
-thresholds the collector passes over all of them again and again while they are created, then
-again at exit: about 2.5 s of the 7 s such a process takes to start and end on 2 cores, and the
-suite starts some 300 of them. So collections come less often (every 10,000 new objects, not
+A process that imports fairseq holds about 290,000 objects the collector tracks, and with
+Python's default thresholds it passes over them again and again while they are created, then
+again at exit: about 2.5 s of the 7.5 s such a process takes to start and end on 2 cores, and
+the suite starts some 330 of them. So collections come less often (every 10,000 new objects, not
 every 700), and at exit the objects still alive are frozen (``gc.freeze``): the interpreter
 frees them one by one as always, without looking at them for reference cycles first. What is
 left in a cycle at exit is then not finalised: a file not closed would lose what it buffered,
