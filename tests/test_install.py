@@ -211,14 +211,19 @@ def test_fresh_environment_plan(tmp_path):
     assert "torch==2.13.0\nfairseq-fixed==0.12.3.1\nEOF" in dry.stdout
 
 
+def site_packages(venv: Path) -> Path:
+    """The folder of ``venv``'s pure-Python packages."""
+    return Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+
+
 def _bare_venv(tmp_path, **dists):
     """A venv without pip holding only metadata of the given distributions (enough for --dry-run)."""
     venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = site_packages(venv)
     for name, version in dists.items():
-        info = Path(site) / f"{name}-{version}.dist-info"
+        info = site / f"{name}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "TORCH_",
@@ -283,8 +288,7 @@ def install_as_here(venv: Path, name: str):
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = site_packages(venv)
     present = {canonicalize_name(d.metadata["Name"]): d for d in md.distributions(path=[str(site)])}
     todo, done = [name], set()
     while todo:
