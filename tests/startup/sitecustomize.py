@@ -1,7 +1,8 @@
 """Run at the start of every Python process of the test suite: the pytest workers and every
 process a test starts (tests/conftest.py puts this folder first on PYTHONPATH).
 
-Garbage collection only, for speed; nothing a test checks depends on when a collection runs.
+Two things, both for speed; nothing a test checks depends on either. First, garbage collection
+(nothing depends on when a collection runs).
 A process that imports fairseq holds about 290,000 objects the collector tracks, and with
 Python's default thresholds it passes over them again and again while they are created, then
 again at exit: about 2.5 s of the 7.5 s such a process takes to start and end on 2 cores, and
@@ -10,6 +11,9 @@ every 700), and at exit the objects still alive are frozen (``gc.freeze``): the 
 frees them one by one as always, without looking at them for reference cycles first. What is
 left in a cycle at exit is then not finalised: a file not closed would lose what it buffered,
 which makes such a bug fail here rather than hide.
+
+Second, scikit-learn and scipy.stats are imported when first used instead of at fairseq's start
+(about 2 s of each process that imports fairseq): deferred_imports.py beside this file says how.
 
 Should another ``sitecustomize`` be on the path (a distribution's), it runs after this one.
 """
@@ -23,6 +27,10 @@ import sys
 
 gc.set_threshold(10_000, 50, 100)
 atexit.register(gc.freeze)  # registered first, so it runs last of the exit handlers
+
+import deferred_imports  # noqa: E402  (this folder is on sys.path: PYTHONPATH)
+
+deferred_imports.defer()
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _other = importlib.machinery.PathFinder.find_spec(
