@@ -32,14 +32,14 @@ SHARED_DATA = Path(os.environ.get("CSAN_SHARED_DATA", REPO.parent / "shared" / "
 
 
 # The files that take longest, longest first (their share of a full run on 2 cores, 2026-11-28:
-# from about 600 s for test_install.py down to about 180 s for test_sweep.py); the others follow
+# from about 450 s for test_install.py down to about 75 s for test_docs.py); the others follow
 # in pytest's order. With `--dist loadfile --no-loadscope-reorder` (README: Tests) pytest-xdist
 # hands out whole files in this order, so the short ones fill in at the end instead of one
 # process running a long file alone while the other waits (its own order, by number of tests,
 # would leave test_readme.py, six tests, one of them five minutes long, for last).
 LONGEST_FIRST = ("test_install.py", "test_quickstart.py", "test_evaluate.py", "test_train.py", "test_readme.py",
-                 "test_gpu_check.py", "test_prepare_files.py", "test_distributed.py", "test_ownership.py",
-                 "test_docs.py", "test_sweep.py")
+                 "test_prepare_files.py", "test_gpu_check.py", "test_ownership.py", "test_distributed.py",
+                 "test_benchmark.py", "test_sweep.py", "test_docs.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
