@@ -1,5 +1,6 @@
 """Shared fixtures: tiny models built through fairseq's own argument parsing, and the corpora."""
 
+import contextlib
 import os
 import random
 import socket
@@ -98,25 +99,74 @@ def shared_corpus(name: str) -> Path:
     return path
 
 
+def built_once(tmp_path_factory, name: str, build):
+    """``build(folder)``, run once per test session however many processes run the tests: under
+    pytest-xdist the first worker to ask builds ``folder`` while it holds a lock, and the others
+    wait for it, then read the same folder. What ``build`` returns (JSON) is kept beside the
+    folder, and every worker gets it. A build that failed (in another worker) is done again, and
+    fails here too. The folder is read only: a test that changes files copies them first
+    (``read_only`` checks it)."""
+    import fcntl
+    import json
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder: each worker's basetemp is one below it
+    folder, record = base / f"shared-{name}", base / f"shared-{name}.json"
+    with open(base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if not record.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            made = json.dumps(build(folder))
+            record.with_suffix(".tmp").write_text(made, encoding="utf-8")
+            record.with_suffix(".tmp").rename(record)
+    return folder, json.loads(record.read_text(encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def read_only(root):
+    """For the life of a shared fixture: at its end, every file under ``root`` must be as it
+    was at its start (a writer's lock file, which a refused command may hold for a moment,
+    aside)."""
+
+    def files():
+        return {k: v for k, v in snapshot(root).items() if not Path(k).name.endswith(".lock")}
+
+    before = files()
+    yield
+    after = files()
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert not changed, f"a test changed the shared fixture {root} (copy it first): {changed[:5]}"
+
+
 @pytest.fixture(scope="session")
 def ende(tmp_path_factory):
     """Multi30k pairs as the three WMT14 training corpora, newstest2013 as plain text and
     newstest2014 as the official SGM files, prepared, then two tiny systems trained: the En-De
-    recipe, shared by the tests of each command it runs."""
-    from recipe_helpers import lay_out_wmt, prepare_task, train_tiny
+    recipe, built once per session (``built_once``) and shared by the tests of each command it
+    runs, which only read it. ``first`` is what the preparation printed."""
+    from types import SimpleNamespace
 
-    m30k, wmt = shared_corpus("multi30k_en_de"), shared_corpus("wmt14_en_de")
-    work = tmp_path_factory.mktemp("ende")
-    raw = work / "raw"
-    lay_out_wmt(raw, ("en", "de"), m30k / "train",
-                ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"],
-                wmt / "newstest2013", "newstest2013",
-                wmt / "newstest2014", "test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm")
-    out = work / "prepared"
-    first = prepare_task("wmt14_en_de", raw, out)
-    train_tiny(out, work / "ck_base", "transformer")
-    train_tiny(out, work / "ck_csan", "transformer_csan2d")
-    return {"work": work, "raw": raw, "out": out, "first": first, "wmt": wmt}
+    def build(work):
+        from recipe_helpers import lay_out_wmt, prepare_task, train_tiny
+
+        m30k, wmt = shared_corpus("multi30k_en_de"), shared_corpus("wmt14_en_de")
+        raw = work / "raw"
+        lay_out_wmt(raw, ("en", "de"), m30k / "train",
+                    ["training/europarl-v7.de-en", "commoncrawl.de-en", "training/news-commentary-v9.de-en"],
+                    wmt / "newstest2013", "newstest2013",
+                    wmt / "newstest2014", "test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm")
+        first = prepare_task("wmt14_en_de", raw, work / "prepared")
+        train_tiny(work / "prepared", work / "ck_base", "transformer")
+        train_tiny(work / "prepared", work / "ck_csan", "transformer_csan2d")
+        return {"stderr": first.stderr}
+
+    work, printed = built_once(tmp_path_factory, "ende", build)
+    with read_only(work):
+        yield {"work": work, "raw": work / "raw", "out": work / "prepared", "first": SimpleNamespace(**printed),
+               "wmt": shared_corpus("wmt14_en_de")}
 
 
 def snapshot(*roots):
@@ -134,35 +184,37 @@ def snapshot(*roots):
 @pytest.fixture(scope="session")
 def tiny_task(tmp_path_factory):
     """A small prepared Multi30k task (1,000 pairs, 300 BPE merges, 32 test pairs) and a
-    csan2d model trained on it for 4 updates, built once for the tests that only read them
-    (tests/test_translate.py, tests/test_export.py); at the end of the session it must be as
-    built: a test that changes it fails here, and must take a copy instead."""
+    csan2d model trained on it for 4 updates, built once per session (``built_once``) for the
+    tests that only read them (tests/test_translate.py, tests/test_export.py); at the end of the
+    session it must be as built: a test that changes it fails here, and must take a copy instead."""
     from recipe_helpers import trained_task
 
-    root = tmp_path_factory.mktemp("tiny_task")
-    task, checkpoint = trained_task(root)
-    before = snapshot(root)
-    yield {"task": task, "checkpoint": checkpoint}
-    assert snapshot(root) == before, "a test changed the shared tiny_task fixture; copy it first"
+    root, _ = built_once(tmp_path_factory, "tiny_task", lambda folder: [str(p) for p in trained_task(folder)])
+    with read_only(root):
+        yield {"task": root / "task", "checkpoint": root / "ck" / "checkpoint_last.pt"}
 
 
 @pytest.fixture(scope="session")
 def tree(ende, tmp_path_factory):
     """The user's files: a prepared task, a checkpoint folder, its evaluation, and an exported
-    model folder (copies of the En-De recipe's, so nothing here touches the shared fixture)."""
-    import shutil
-    import sys
+    model folder (copies of the En-De recipe's, so nothing here touches that fixture), built once
+    per session (``built_once``); the tests only read it."""
 
-    from recipe_helpers import run
+    def build(root):
+        import shutil
 
-    root = tmp_path_factory.mktemp("owned")
-    shutil.copytree(ende["out"], root / "task")
-    shutil.copytree(ende["work"] / "ck_csan", root / "ck")
-    run(["bash", "scripts/evaluate.sh", "--data", root / "task", "--checkpoints", root / "ck", "--out", root / "ev",
-         "--last", 2, "--cpu"])
-    run([sys.executable, "-m", "fairseq_csan.recipes.export", "--data", root / "task", "--checkpoint",
-         root / "ev/averaged.pt", "--out", root / "model"])
-    return root
+        from recipe_helpers import run
+
+        shutil.copytree(ende["out"], root / "task")
+        shutil.copytree(ende["work"] / "ck_csan", root / "ck")
+        run(["bash", "scripts/evaluate.sh", "--data", root / "task", "--checkpoints", root / "ck", "--out", root / "ev",
+             "--last", 2, "--cpu"])
+        run([sys.executable, "-m", "fairseq_csan.recipes.export", "--data", root / "task", "--checkpoint",
+             root / "ev/averaged.pt", "--out", root / "model"])
+
+    root, _ = built_once(tmp_path_factory, "tree", build)
+    with read_only(root):
+        yield root
 
 
 # ---------------------------------------------------------------- every architecture of the plugin

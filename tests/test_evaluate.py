@@ -13,10 +13,11 @@ from recipe_helpers import N_TEST, check_results, evaluate_tiny, lines, refusal_
 
 
 @pytest.mark.slow
-def test_ende_evaluate_with_bootstrap_and_table(ende):
-    work, out = ende["work"], ende["out"]
-    evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
-    evaluate_tiny(out, work / "ck_csan", work / "ev_csan", "--name", "+ CSANs", "--baseline", work / "ev_base")
+def test_ende_evaluate_with_bootstrap_and_table(ende, tmp_path):
+    out, runs = ende["out"], ende["work"]
+    work = tmp_path  # the evaluations' folders (the shared fixture is read only)
+    evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base")
+    evaluate_tiny(out, runs / "ck_csan", work / "ev_csan", "--name", "+ CSANs", "--baseline", work / "ev_base")
     base = check_results(work / "ev_base", N_TEST, compound=True)
     assert "Warning" not in (work / "ev_base/generate.log").read_text(encoding="utf-8")  # quiet.py
     csan = check_results(work / "ev_csan", N_TEST, compound=True)
@@ -30,15 +31,15 @@ def test_ende_evaluate_with_bootstrap_and_table(ende):
     assert "| Transformer-Base | 0.2M |" in table and "| + CSANs | 0.2M |" in table
     # a second evaluation of the same checkpoints and settings keeps the average and the decoding
     stamps = [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")]
-    again = evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base")
+    again = evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base")
     assert "averaged.pt (the same checkpoints): up to date; skipped" in again.stderr
     assert "generate.txt (the same model and settings): up to date; skipped" in again.stderr
     assert [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")] == stamps
     # other settings in the same folder: refused, then redone with --force
-    other = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoints", work / "ck_base",
+    other = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoints", runs / "ck_base",
                  "--out", work / "ev_base", "--last", 3, "--cpu"], check=False)
     assert other.returncode == 2 and "holds an evaluation of other checkpoints or settings" in other.stderr
-    redone = evaluate_tiny(out, work / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force")
+    redone = evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force")
     assert "1/3 averaging the last 2" in redone.stderr and re.search(r"2/3 decoding test \(\d+ sentences\): beam 1,", redone.stderr)
     assert json.loads((work / "ev_base/evaluation.json").read_text())["beam"] == 1
 

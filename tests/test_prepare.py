@@ -152,10 +152,16 @@ def test_ende_prepare_outputs(ende):
 
 
 @pytest.mark.slow
-def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
-    out = ende["out"]
+def test_ende_rerun_skips_every_step_and_keeps_outputs(ende, tmp_path):
+    # its own preparation of the recipe's raw files: this test edits one of them and prepares
+    # again in place, and the shared fixture is read only
+    import shutil
+
+    raw, out = tmp_path / "raw", tmp_path / "prepared"
+    shutil.copytree(ende["raw"], raw)
+    prepare_task("wmt14_en_de", raw, out)
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in ("task.json", "tools.txt")}
-    again = prepare_task("wmt14_en_de", ende["raw"], out)
+    again = prepare_task("wmt14_en_de", raw, out)
     steps = [line for line in again.stderr.splitlines() if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line)]
     assert {line.split()[2] for line in steps} == {"1/6", "2/6", "3/6", "4/6", "5/6", "6/6"}
     assert all(line.endswith("skipped") for line in steps)
@@ -163,22 +169,22 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende):
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     # a changed raw file (edited in place, its modification time kept): exactly the steps after
     # it are redone, each saying why; the others are skipped
-    sgm = ende["raw"] / "test-full/newstest2014-deen-ref.de.sgm"
+    sgm = raw / "test-full/newstest2014-deen-ref.de.sgm"
     original = sgm.read_bytes()
     st = sgm.stat()
     sgm.write_bytes(original.replace(b"<seg id=\"1\">", b"<seg id=\"1\">Neu ", 1))
     os.utime(sgm, ns=(st.st_atime_ns, st.st_mtime_ns))
     try:
-        again = prepare_task("wmt14_en_de", ende["raw"], out)
+        again = prepare_task("wmt14_en_de", raw, out)
         redone = [line.split("] ")[1].split(" (")[0] for line in again.stderr.splitlines()
                   if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line) and not line.endswith("skipped")]
-        assert redone == ["1/6 gather test from " + str(ende["raw"]), "2/6 tokenise test.de", "5/6 apply BPE to test.de",
+        assert redone == ["1/6 gather test from " + str(raw), "2/6 tokenise test.de", "5/6 apply BPE to test.de",
                           "6/6 binarise with fairseq-preprocess"], again.stderr
         assert f"input {sgm} changed since the last run" in again.stderr
         assert lines(out / "raw/test.de")[0].startswith("Neu ")
     finally:
         sgm.write_bytes(original)
-        restored = prepare_task("wmt14_en_de", ende["raw"], out)
+        restored = prepare_task("wmt14_en_de", raw, out)
     assert not lines(out / "raw/test.de")[0].startswith("Neu ") and "6/6 binarise with" in restored.stderr
 
 

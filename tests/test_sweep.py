@@ -8,10 +8,10 @@ from recipe_helpers import lines, run
 
 
 @pytest.mark.slow
-def test_ende_window_sweep_trains_evaluates_and_plots(ende):
+def test_ende_window_sweep_trains_evaluates_and_plots(ende, tmp_path):
     """scripts/sweep.sh at a tiny budget (one window, one head area), then the plot; a rerun
     keeps what is finished."""
-    sweep = ende["work"] / "sweep"
+    sweep = tmp_path / "sweep"  # (the shared fixture is read only)
     command = ["bash", "scripts/sweep.sh", "--data", ende["out"], "--out", sweep, "--windows", 3, "--heads", 3,
                "--last", 2, "--cpu-tiny", "--", "--max-update", 8]
     run(command)
@@ -21,8 +21,8 @@ def test_ende_window_sweep_trains_evaluates_and_plots(ende):
     again = run(command)
     assert "[sweep] csan2d_heads3" in again.stderr
     assert "up to date; skipped" in (sweep / "csan1d_window3/eval.out").read_text()
-    run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", sweep, "--out", ende["work"] / "sweep_plot"])
-    rows = lines(ende["work"] / "sweep_plot/window_sweep.csv")
+    run(["python", "-m", "fairseq_csan.recipes.analysis.window_sweep", "--sweep", sweep, "--out", tmp_path / "sweep_plot"])
+    rows = lines(tmp_path / "sweep_plot/window_sweep.csv")
     assert [r.split(",")[:2] for r in rows[1:]] == [["window", "3"], ["heads", "3"]]
 
 

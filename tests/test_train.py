@@ -535,12 +535,12 @@ def test_ende_warm_start_from_another_variant(ende, tmp_path):
 
 
 @pytest.mark.slow
-def test_ende_bf16_training_through_our_entry_point(ende):
+def test_ende_bf16_training_through_our_entry_point(ende, tmp_path):
     """--precision bf16 runs python -m fairseq_csan.train, where stock fairseq-train --bf16
     would ask for a TPU; on the CPU the model trains in bfloat16."""
     import torch
 
-    save = ende["work"] / "ck_bf16"
+    save = tmp_path / "ck_bf16"
     done = train_tiny(ende["out"], save, "transformer", "--precision", "bf16", "--max-update", 2)
     assert "python -m fairseq_csan.train " in done.stderr
     # fairseq-train's log format, so the speed is found as for the other runs
