@@ -31,7 +31,7 @@ def lines_of(path: Path):
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def check_outputs(work: Path, arch: str, n_test: int, stdout: str, model: Path = None):
+def check_outputs(work: Path, arch: str, n_test: int, stdout: str, model: Path = None, trained: bool = True):
     results = work / "results" / arch
     hyp = (results / "hyp.detok").read_text(encoding="utf-8").splitlines()
     assert len(hyp) == n_test
@@ -43,7 +43,10 @@ def check_outputs(work: Path, arch: str, n_test: int, stdout: str, model: Path =
     assert (work / "checkpoints" / arch / "checkpoint_last.pt").is_file()
     for step in ("1/5", "2/5", "3/5", "4/5", "5/5"):
         assert f"] {step} " in stdout
-    assert "done training" in stdout and "| valid |" in stdout  # training progress was shown
+    if trained:
+        assert "done training" in stdout and "| valid |" in stdout  # training progress was shown
+    else:  # a rerun: the run had finished, and is kept as it was
+        assert "this run has finished, nothing to train" in stdout and "done training" not in stdout
     model = model or work / ("model" if arch == "transformer_csan2d" else f"model_{arch}")
     assert (model / "model.pt").is_file() and (model / "bpecodes").is_file()
     # the printed one-liner runs as printed and gives the translation shown under it (equality
@@ -184,13 +187,16 @@ def test_quickstart_on_its_own_toy_corpus(toy_run):
 @pytest.mark.slow
 def test_quickstart_rerun_skips_finished_steps(toy_run):
     work, _ = toy_run
+    checkpoints = work / "checkpoints" / "transformer_csan2d"
+    written = {p.name: p.stat().st_mtime_ns for p in checkpoints.glob("*.pt")}
     out = run_quickstart(work, MAX_UPDATE="20", TOY_ARGS="--train 1500 --valid 40 --test 30")
     assert "toy corpus already in" in out
+    assert {p.name: p.stat().st_mtime_ns for p in checkpoints.glob("*.pt")} == written  # no update past 20
     for step in ("1/6 gather train", "2/6 tokenise train.en", "4/6 BPE", "6/6 binarise"):
         assert re.search(rf"\[prepare toy_en_de\] {step}.*: up to date; skipped", out), out
     assert re.search(r"\[evaluate\] 1/3 .*: up to date; skipped", out), out
     assert "export] " in out
-    check_outputs(work, "transformer_csan2d", 30, out)
+    check_outputs(work, "transformer_csan2d", 30, out, trained=False)
 
 
 @pytest.fixture(scope="module")

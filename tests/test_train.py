@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, shared_corpus
+from conftest import REPO, shared_corpus, snapshot
 from recipe_helpers import fake_task, lines, run, train_main, train_tiny, write
 
 from fairseq_csan.recipes import train as kit
@@ -508,8 +508,22 @@ def test_ende_training_resumes_and_refuses_another_run(ende):
 
 @pytest.mark.slow
 def test_ende_resume_continues_from_the_last_checkpoint(ende, tmp_path):
+    """A finished run started again is left as it is (fairseq-train would make one update past
+    --max-update and save it over checkpoint_last.pt and checkpoint_best.pt); a larger
+    --max-update resumes it."""
     save = tmp_path / "ck_csan"  # a copy: the shared run stays at its 16 updates for the other tests
     shutil.copytree(ende["work"] / "ck_csan", save)
+
+    def kept():  # each file's content, and when it was written (run.json is written again as it was)
+        return {k: (h, None if k.endswith("run.json") else t) for k, (h, t) in snapshot(save).items()
+                if not k.endswith(".lock")}
+
+    before = kept()
+    again = train_tiny(ende["out"], save, "transformer_csan2d")
+    assert f"{save}/checkpoint_last.pt is at update 16, and --max-update is 16: this run has finished" \
+        in again.stderr
+    assert "fairseq-train" not in again.stderr and "resuming from" not in again.stderr
+    assert kept() == before
     done = train_tiny(ende["out"], save, "transformer_csan2d", "--max-update", 20)
     assert "resuming from" in done.stderr
     assert "loaded checkpoint" in done.stdout.lower() and (save / "checkpoint_1_20.pt").is_file()

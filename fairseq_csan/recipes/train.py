@@ -443,7 +443,8 @@ def build(o) -> dict:
     identity = RUN.typed(dict(arch=o.arch, data=str(data.binary), size=model_size(o), seed=o.seed,
                               share=share_mode(o, data), tiny=o.tiny))
     return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, identity=identity,
-                rank0=not o.node_rank, log=save / f"train{suffix}.log", lock=save / f"train{suffix}.lock")
+                rank0=not o.node_rank, one_machine=layout.nodes == 1, log=save / f"train{suffix}.log",
+                lock=save / f"train{suffix}.lock")
 
 
 def with_overrides(command: List[str], extra: List[str]) -> List[str]:
@@ -629,6 +630,24 @@ def repair_best(save: Path, best: Path, why: str) -> str:
     return f"{best} is damaged ({why}): replaced by {target.name}, the checkpoint with the best validation loss"
 
 
+def flag_value(command: List[str], flag: str) -> Optional[str]:
+    """The value of ``flag`` in ``command`` as it takes effect (its last occurrence), or None."""
+    at = [i for i, word in enumerate(command[:-1]) if word == flag]
+    return command[at[-1] + 1] if at else None
+
+
+def finished(last: Path, cmd: List[str]) -> Optional[int]:
+    """The updates of ``last`` when they reach the command's --max-update, else None. fairseq-train
+    resumed from such a checkpoint makes one more update before it checks the limit, and saves it
+    over checkpoint_last.pt and checkpoint_best.pt: a rerun of a finished run would change its
+    model each time."""
+    limit = flag_value(cmd, "--max-update")
+    if limit is None or not limit.isdigit() or int(limit) == 0:  # 0: fairseq's "no limit"
+        return None
+    updates = read_checkpoint(last)["num_updates"]
+    return updates if updates >= int(limit) else None
+
+
 # ---------------------------------------------------------------------------- running it
 
 def run(plan: dict) -> int:
@@ -641,6 +660,12 @@ def run(plan: dict) -> int:
         for message in repair_checkpoints(save):
             log(message)
         if (save / "checkpoint_last.pt").is_file():
+            done = finished(save / "checkpoint_last.pt", plan["cmd"]) if plan["one_machine"] else None
+            if done is not None:
+                log(f"{plan['save_given']}/checkpoint_last.pt is at update {done}, and --max-update is "
+                    f"{flag_value(plan['cmd'], '--max-update')}: this run has finished, nothing to train (a larger "
+                    "--max-update trains on)")
+                return 0
             log(f"resuming from {plan['save_given']}/checkpoint_last.pt")
     with open(save / "train_command.sh", "a", encoding="utf-8") as f:
         f.write(shell_words(cmd) + "\n")
