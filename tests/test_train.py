@@ -506,6 +506,19 @@ def test_ende_training_resumes_and_refuses_another_run(ende):
     assert other.returncode == 2 and "holds another run" in other.stderr
 
 
+def test_a_run_has_finished_when_its_last_checkpoint_reaches_max_update(tmp_path):
+    """train.py's check before a resume: the --max-update that takes effect (the last one, in
+    either form) against the updates of checkpoint_last.pt; 0 is fairseq's "no limit"."""
+    last = tmp_path / "checkpoint_last.pt"
+    torch.save({"optimizer_history": [{"num_updates": 20}]}, last)
+    assert kit.flag_value(["fairseq-train", "--max-update", "16", "--max-update=40"], "--max-update") == "40"
+    assert kit.flag_value(["fairseq-train", "--max-update=40", "--max-update", "16"], "--max-update") == "16"
+    for command, expected in ((["--max-update", "20"], 20), (["--max-update", "16"], 20),
+                              (["--max-update", "100", "--max-update=20"], 20), (["--max-update", "21"], None),
+                              (["--max-update", "0"], None), (["--max-epoch", "1"], None)):
+        assert kit.finished(last, ["fairseq-train", "data", *command]) == expected, command
+
+
 @pytest.mark.slow
 def test_ende_resume_continues_from_the_last_checkpoint(ende, tmp_path):
     """A finished run started again is left as it is (fairseq-train would make one update past

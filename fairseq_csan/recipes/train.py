@@ -631,9 +631,15 @@ def repair_best(save: Path, best: Path, why: str) -> str:
 
 
 def flag_value(command: List[str], flag: str) -> Optional[str]:
-    """The value of ``flag`` in ``command`` as it takes effect (its last occurrence), or None."""
-    at = [i for i, word in enumerate(command[:-1]) if word == flag]
-    return command[at[-1] + 1] if at else None
+    """The value of ``flag`` in ``command`` as it takes effect (its last occurrence, as
+    ``FLAG VALUE`` or ``FLAG=VALUE``), or None."""
+    value = None
+    for i, word in enumerate(command):
+        if word == flag and i + 1 < len(command):
+            value = command[i + 1]
+        elif word.startswith(flag + "="):
+            value = word[len(flag) + 1:]
+    return value
 
 
 def finished(last: Path, cmd: List[str]) -> Optional[int]:
