@@ -15,6 +15,7 @@
 #        --path results/ende_csan2d/averaged.pt --source-lang en --target-lang de --gen-subset test \
 #        --beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50 --remove-bpe --batch-size 128 --num-workers 0 \
 #        > results/ende_csan2d/generate.txt
+#      (run by fairseq-generate's own entry point inside the kit's process, which has fairseq loaded)
 #   3. scoring (python -m fairseq_csan.recipes.score): hyp.tok, hyp.detok, results.json, results.md
 # (decoding settings: fairseq_csan/recipes/decoding.py.) Each command is printed as it runs. A
 # rerun keeps the average and the decoding while the checkpoints and the test set are

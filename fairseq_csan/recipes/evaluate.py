@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -25,7 +24,7 @@ from . import decoding
 from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
 from .ownership import Refusal, WriterLock, listing, refuse_overlaps
 from .records import EVALUATION, RUN, Damaged
-from .steps import Step, die_with_parent, make, shell_words
+from .steps import Step, make, shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
 
@@ -33,8 +32,8 @@ PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 OUTPUTS = ("averaged.pt", "generate.txt", "generate.log", "hyp.tok", "hyp.detok", "results.json", "results.md")
 
 
-def log(message: str) -> None:
-    print(f"[evaluate] {message}", file=sys.stderr, flush=True)
+def log(message: str, stream=None) -> None:
+    print(f"[evaluate] {message}", file=stream or sys.stderr, flush=True)
 
 
 def die(message: str) -> None:
@@ -133,9 +132,20 @@ def too_long_lines(bpe_file: Path, limit):
 
 
 def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> None:
-    """Run fairseq-generate: hypotheses (stdout) and its log (stderr) to separate files, so no
-    log line can land inside a hypothesis; the sentences done are reported meanwhile."""
+    """Run fairseq-generate: ``command`` through its own entry point (``fairseq_cli.generate``'s
+    ``cli_main``, what the ``fairseq-generate`` executable calls), in this process, which has
+    loaded fairseq and the checkpoint's architecture already: a process of its own would load them
+    again (about 4 s on 2 cores). What it writes goes where ``command > gen_tmp 2> log_tmp`` puts
+    it: its standard output (the hypotheses) to gen_tmp, its standard error (its log, warnings,
+    errors) to log_tmp, so no log line can land among the hypotheses. The sentences done are
+    reported meanwhile, on this command's own standard error."""
+    import logging
+    import traceback
+
+    from fairseq_cli import generate
+
     log(f"  $ {shell_words(command)} > {gen_tmp} 2> {log_tmp}")
+    terminal = sys.stderr  # the watcher reports here, not into log_tmp
     done = threading.Event()
 
     def count():
@@ -147,17 +157,44 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
 
     def watch():
         while not done.wait(every):
-            log(f"    decoded {count()} of {total} sentences")
+            log(f"    decoded {count()} of {total} sentences", terminal)
 
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, sys.argv, sys.stdout, sys.stderr
+    failure = None
     watcher = threading.Thread(target=watch, daemon=True)
-    with open(gen_tmp, "wb") as out, open(log_tmp, "wb") as err:
-        watcher.start()
-        try:
-            status = subprocess.call(command, stdout=out, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                     preexec_fn=die_with_parent)
-        finally:
-            done.set()
-    if status != 0:
+    try:
+        with open(gen_tmp, "w", encoding="utf-8", buffering=1) as out, \
+                open(log_tmp, "w", encoding="utf-8", buffering=1) as err:
+            watcher.start()
+            # its log to err, as in a process of its own (fairseq's import sets up Python's default
+            # format, to standard error) at fairseq-generate's level, INFO or LOGLEVEL, whatever
+            # this process had set up (its logging.basicConfig then changes nothing)
+            handler = logging.StreamHandler(err)
+            handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+            root.handlers = [handler]
+            level = os.environ.get("LOGLEVEL", "INFO").upper()
+            root.setLevel(level if isinstance(logging.getLevelName(level), int) else logging.INFO)
+            sys.argv, sys.stdout, sys.stderr = list(command), out, err
+            try:
+                generate.cli_main()
+            except SystemExit as stop:  # argparse's refusal of an argument, with its message on err
+                if stop.code not in (None, 0):
+                    failure = f"exit status {stop.code}"
+            except Exception as error:  # noqa: BLE001  (any error of fairseq's: its traceback to err)
+                failure = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                try:
+                    traceback.print_exc(file=err)
+                except OSError:
+                    pass
+            finally:
+                root.handlers, level, sys.argv, sys.stdout, sys.stderr = saved
+                root.setLevel(level)
+    except OSError as error:  # writing or closing the files (a full disk)
+        failure = failure or str(error)
+    finally:
+        done.set()
+    if failure is not None:
         try:
             tail = "".join(log_tmp.read_text(encoding="utf-8", errors="replace").splitlines(True)[-20:])
         except OSError:
@@ -167,9 +204,9 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
             import shutil
 
             free = shutil.disk_usage(log_tmp.parent).free
-            die(f"fairseq-generate failed with status {status} and wrote no log ({log_tmp} is empty); "
+            die(f"fairseq-generate failed ({failure}) and wrote no log ({log_tmp} is empty); "
                 f"{free / 2**20:.0f} MiB are free on the disk of {log_tmp.parent}")
-        die(f"fairseq-generate failed with status {status} (its log: {log_tmp})")
+        die(f"fairseq-generate failed ({failure}; its log: {log_tmp})")
     log(f"    decoded {count()} of {total} sentences")
 
 
