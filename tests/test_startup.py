@@ -1,5 +1,6 @@
 """tests/startup/: what every process of the suite starts with. The deferred imports change when
-scikit-learn and scipy.stats are imported, never what a caller gets from them."""
+scikit-learn and scipy.stats are imported, never what a caller gets from them; torch._dynamo is
+imported only where something compiles, and an optimizer computes the same either way."""
 
 import os
 import subprocess
@@ -29,3 +30,38 @@ def test_deferred_imports_give_the_real_functions():
     assert done.returncode == 0, done.stderr[-3000:]
     deferred, real = done.stdout.splitlines()
     assert deferred == real == "0.6666666666666666 0.981981"
+
+
+OPTIMIZER = """
+import sys
+import torch
+from torch.optim import Optimizer
+from fairseq.optim.adam import Adam  # fairseq-train's (torch's own Adam.step imports dynamo itself)
+torch.manual_seed(0)
+p = torch.nn.Parameter(torch.randn(4))
+opt = Adam([p], lr=0.1)
+for _ in range(3):
+    (p ** 2).sum().backward()
+    opt.step()
+    opt.zero_grad()
+opt.load_state_dict(opt.state_dict())
+print("torch._dynamo" in sys.modules, p.tolist())
+import torch._dynamo  # as torch.compile imports it: from now on, torch's own wrapper
+opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(1))]})
+print(getattr(Optimizer.add_param_group.__wrapped__, "__dynamo_disable", None) is not None)
+"""
+
+
+def test_dynamo_is_imported_only_where_something_compiles():
+    with_startup = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [STARTUP, os.environ.get("PYTHONPATH")]))}
+    plain = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                         if p and p != STARTUP)}
+    runs = {}
+    for name, env in (("startup", with_startup), ("plain", plain)):
+        done = subprocess.run([sys.executable, "-c", OPTIMIZER], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = done.stdout.splitlines()
+    (imported, values), (imported_plain, values_plain) = [runs[n][0].split(" ", 1) for n in ("startup", "plain")]
+    assert imported == "False" and imported_plain == "True"  # torch imports it for the optimizer on its own
+    assert values == values_plain  # the same steps, to the last bit
+    assert runs["startup"][1] == runs["plain"][1] == "True"

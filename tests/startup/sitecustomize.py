@@ -1,7 +1,7 @@
 """Run at the start of every Python process of the test suite: the pytest workers and every
 process a test starts (tests/conftest.py puts this folder first on PYTHONPATH).
 
-Two things, both for speed; nothing a test checks depends on either. First, garbage collection
+Three things, all for speed; nothing a test checks depends on any. First, garbage collection
 (nothing depends on when a collection runs).
 A process that imports fairseq holds about 290,000 objects the collector tracks, and with
 Python's default thresholds it passes over them again and again while they are created, then
@@ -14,6 +14,9 @@ which makes such a bug fail here rather than hide.
 
 Second, scikit-learn and scipy.stats are imported when first used instead of at fairseq's start
 (about 2 s of each process that imports fairseq): deferred_imports.py beside this file says how.
+
+Third, torch._dynamo is imported only where something compiles, not by every optimizer torch
+builds (1.4 to 2 s of each fairseq-train): dynamo_on_demand.py beside this file says how.
 
 Should another ``sitecustomize`` be on the path (a distribution's), it runs after this one.
 """
@@ -31,6 +34,10 @@ atexit.register(gc.freeze)  # registered first, so it runs last of the exit hand
 import deferred_imports  # noqa: E402  (this folder is on sys.path: PYTHONPATH)
 
 deferred_imports.defer()
+
+import dynamo_on_demand  # noqa: E402
+
+dynamo_on_demand.defer()
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _other = importlib.machinery.PathFinder.find_spec(

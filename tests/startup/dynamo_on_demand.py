@@ -1,0 +1,75 @@
+"""torch._dynamo, imported only where something compiles, in every Python process of the test
+suite (tests/startup/sitecustomize.py calls :func:`defer`).
+
+torch marks some of its functions with ``torch._compile._disable_dynamo`` (the optimizers'
+``add_param_group``, ``zero_grad``, ``state_dict`` and ``load_state_dict``, among others): the
+first call of each imports ``torch._dynamo`` and goes through ``torch._dynamo.disable``, so that
+``torch.compile`` never traces into it. Every fairseq-train builds an optimizer, so every one
+imports ``torch._dynamo``: measured, a tiny run of the En-De fixture took 9.0 to 9.5 s with it
+and 7.3 to 7.8 s without, on 2 cores, and the suite starts about 100 such runs. None compiles
+anything. (torch's own optimizers import ``torch._dynamo`` in ``step`` as well, whatever this
+module does; fairseq's have their own ``step``.)
+
+Before ``torch._dynamo`` is imported nothing can be compiling (``torch.compile`` imports it), and
+``disable`` then only switches off a frame hook that nobody has set. So here
+``_disable_dynamo`` wraps a function in torch's own wrapper, and the call goes straight to the
+function while ``torch._dynamo`` is not in ``sys.modules``, and through torch's wrapper (which
+imports it) once it is: what any call computes is unchanged; only whether ``torch._dynamo`` gets
+imported for nothing differs. tests/test_startup.py checks both sides, and that a process without
+this folder imports ``torch._dynamo`` as before. Nothing is changed if torch is not installed or
+was imported already.
+"""
+
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+
+TARGET = "torch._compile"
+
+
+def _on_demand(torch_disable):
+    """A ``_disable_dynamo`` that calls torch's (``torch_disable``) only once dynamo is imported."""
+
+    def _disable_dynamo(fn=None, recursive=True):
+        if fn is None:  # @_disable_dynamo(recursive=False)
+            return functools.partial(_disable_dynamo, recursive=recursive)
+        wrapped = torch_disable(fn, recursive)
+
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            return wrapped(*args, **kwargs)
+
+        return inner
+
+    return _disable_dynamo
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds torch._compile as Python would, then replaces its ``_disable_dynamo`` once it has run
+    (before torch's other modules take the name from it)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != TARGET:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module._disable_dynamo = _on_demand(module._disable_dynamo)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def defer():
+    """Put the finder in place (see the module's docstring)."""
+    if "torch" in sys.modules or importlib.machinery.PathFinder.find_spec("torch") is None:
+        return
+    sys.meta_path.insert(0, _Finder())
