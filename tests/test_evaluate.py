@@ -126,6 +126,7 @@ def test_the_command_shown_in_evaluate_sh_is_what_it_runs(ende, tmp_path):
     assert "1/3 averaging the last 5 checkpoints" in done.stderr
 
 
+@pytest.mark.slow
 def test_decode_runs_fairseq_generate_in_this_process_as_in_its_own(tree, tmp_path, capsys):
     """evaluate.decode runs fairseq-generate's entry point in the kit's process: the hypotheses of
     the fairseq-generate command it shows, apart from its log, with the progress on the kit's
