@@ -245,8 +245,8 @@ def vocab():
 )
 def test_parameter_increase_at_base(vocab, flags, units, paper_m):
     """Increase over ``transformer`` = units * 2 d^2 (d = 512) plus the gate vectors."""
-    base, _, _ = build_model("transformer", ["--share-all-embeddings"], dictionary=vocab)
-    model, _, _ = build_model("transformer_ctxaware", ["--share-all-embeddings", *flags], dictionary=vocab)
+    base, _, _ = build_model("transformer", ["--share-all-embeddings"], dictionary=vocab, weightless=True)
+    model, _, _ = build_model("transformer_ctxaware", ["--share-all-embeddings", *flags], dictionary=vocab, weightless=True)
     increase = n_params(model) - n_params(base)
     assert increase - gate_params(model) == units * 2 * 512 ** 2
     assert gate_params(model) == 2 * 512 * sum(len(m.gated) for m in model.modules() if hasattr(m, "gated"))
@@ -256,10 +256,10 @@ def test_parameter_increase_at_base(vocab, flags, units, paper_m):
 
 @pytest.mark.slow
 def test_parameter_increase_at_big(vocab):
-    base, _, _ = build_model("transformer_vaswani_wmt_en_de_big", ["--share-all-embeddings"], dictionary=vocab)
+    base, _, _ = build_model("transformer_vaswani_wmt_en_de_big", ["--share-all-embeddings"], dictionary=vocab, weightless=True)
     base_n = n_params(base)
     del base
-    model, _, _ = build_model("transformer_ctxaware_big", ["--share-all-embeddings"], dictionary=vocab)
+    model, _, _ = build_model("transformer_ctxaware_big", ["--share-all-embeddings"], dictionary=vocab, weightless=True)
     increase = n_params(model) - base_n
     assert increase - gate_params(model) == 36 * 2 * 1024 ** 2
     assert round((increase - gate_params(model)) / 1e6, 1) == 75.5

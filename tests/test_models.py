@@ -46,8 +46,8 @@ def test_parameter_count_equals_transformer_at_full_size(arch):
     """Parameter-free: the exact count of the Transformer at the same (real) dimensions."""
     big = arch.endswith("_big")
     d = make_dictionary(1000)
-    model, _, _ = build_model(arch, ["--share-all-embeddings"], dictionary=d)
-    stock, _, _ = build_model(REFERENCE_ARCH[big], ["--share-all-embeddings"], dictionary=d)
+    model, _, _ = build_model(arch, ["--share-all-embeddings"], dictionary=d, weightless=True)
+    stock, _, _ = build_model(REFERENCE_ARCH[big], ["--share-all-embeddings"], dictionary=d, weightless=True)
     assert n_params(model) == n_params(stock)
     assert model.encoder.embed_tokens.embedding_dim == (1024 if big else 512)
     stock_names = [n for n, _ in stock.named_parameters() if n.rsplit(".", 1)[-1] not in _FUSED_PATH_COPIES]

@@ -1,6 +1,7 @@
 """tests/startup/: what every process of the suite starts with. The deferred imports change when
 scikit-learn and scipy.stats are imported, never what a caller gets from them; torch._dynamo is
-imported only where something compiles, and an optimizer computes the same either way."""
+imported only where something compiles, and an optimizer computes the same either way; sympy is
+imported only for a shape check that does not plainly hold, and every check decides as before."""
 
 import os
 import subprocess
@@ -65,3 +66,44 @@ def test_dynamo_is_imported_only_where_something_compiles():
     assert imported == "False" and imported_plain == "True"  # torch imports it for the optimizer on its own
     assert values == values_plain  # the same steps, to the last bit
     assert runs["startup"][1] == runs["plain"][1] == "True"
+
+
+ATTENTION = """
+import sys
+import torch
+from fairseq.modules import MultiheadAttention  # its forward calls torch's, which checks the mask's shape
+torch.manual_seed(0)
+attention = MultiheadAttention(8, 2, encoder_decoder_attention=True)
+query, key = torch.randn(3, 2, 8), torch.randn(5, 2, 8)
+mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+out, _ = attention(query, key, key, key_padding_mask=mask)
+print("sympy" in sys.modules, out.flatten().tolist())
+for cond in (False, 0, None):  # a check that fails, one that is no bool: torch's own answer
+    try:
+        torch._check_with(AssertionError, cond, lambda: "a check that fails")
+        print("passed")
+    except Exception as error:
+        print(type(error).__name__, error)
+try:
+    attention(query, key, key, key_padding_mask=mask[:, :4])
+except AssertionError as error:
+    print("refused:", error)
+"""
+
+
+def test_sympy_is_imported_only_for_a_check_that_does_not_plainly_hold():
+    with_startup = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [STARTUP, os.environ.get("PYTHONPATH")]))}
+    plain = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                         if p and p != STARTUP)}
+    runs = {}
+    for name, env in (("startup", with_startup), ("plain", plain)):
+        done = subprocess.run([sys.executable, "-c", ATTENTION], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = done.stdout.splitlines()
+    (imported, values), (imported_plain, values_plain) = [runs[n][0].split(" ", 1) for n in ("startup", "plain")]
+    assert imported == "False" and imported_plain == "True"  # torch imports it for the first check on its own
+    assert values == values_plain  # the same attention, to the last bit
+    assert runs["startup"][1:] == runs["plain"][1:]  # every other check decides and says the same
+    assert runs["startup"][1:4] == ["AssertionError a check that fails", "TypeError cond must be a bool, but got "
+                                    "<class 'int'>", "TypeError cond must be a bool, but got <class 'NoneType'>"]
+    assert runs["startup"][4].startswith("refused: Expected key_padded_mask.shape[1] to be 5, but got 4")

@@ -62,13 +62,16 @@ def test_lazy_iteration_reads_lines_before_the_bad_one(tmp_path):
 
 
 def test_dash_and_dev_stdin_read_standard_input():
-    code = ("import sys; from fairseq_csan.recipes.text import read_lines; "
-            "print(repr(read_lines(sys.argv[1])))")
+    # a process of its own, for a real standard input; text.py run from its file (it imports only
+    # the standard library), as `import fairseq_csan` in a `python -c` would import fairseq too
+    code = ("import runpy, sys; read_lines = runpy.run_path(sys.argv[1])['read_lines']; "
+            "print(repr(read_lines(sys.argv[2])))")
+    module = text_tools.__file__
     data = "\ufeffa\u2028b\nc\r\n".encode("utf-8")
     for name in ("-", "/dev/stdin"):
-        out = subprocess.run([sys.executable, "-c", code, name], input=data, capture_output=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code, module, name], input=data, capture_output=True, check=True)
         assert out.stdout.decode().strip() == repr(["a\u2028b", "c\r"])
-    out = subprocess.run([sys.executable, "-c", code, "-"], input=b"\x80\n", capture_output=True)
+    out = subprocess.run([sys.executable, "-c", code, module, "-"], input=b"\x80\n", capture_output=True)
     assert out.returncode != 0 and b"<stdin>:1: not UTF-8" in out.stderr
 
 

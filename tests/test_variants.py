@@ -160,8 +160,8 @@ def _closed_form_increase(name, d=512, heads=8, layers=3):
 @pytest.mark.parametrize("name", BASELINES)
 def test_parameter_increase_at_base_dimensions(name):
     d = make_dictionary(1000)
-    model, _, _ = build_model(f"transformer_{name}", ["--share-all-embeddings"], dictionary=d)
-    stock, _, _ = build_model("transformer", ["--share-all-embeddings"], dictionary=d)
+    model, _, _ = build_model(f"transformer_{name}", ["--share-all-embeddings"], dictionary=d, weightless=True)
+    stock, _, _ = build_model("transformer", ["--share-all-embeddings"], dictionary=d, weightless=True)
     increase = n_params(model) - n_params(stock)
     assert increase == _closed_form_increase(name)
 

@@ -1,7 +1,7 @@
 """Run at the start of every Python process of the test suite: the pytest workers and every
 process a test starts (tests/conftest.py puts this folder first on PYTHONPATH).
 
-Three things, all for speed; nothing a test checks depends on any. First, garbage collection
+Four things, all for speed; nothing a test checks depends on any. First, garbage collection
 (nothing depends on when a collection runs).
 A process that imports fairseq holds about 290,000 objects the collector tracks, and with
 Python's default thresholds it passes over them again and again while they are created, then
@@ -17,6 +17,10 @@ Second, scikit-learn and scipy.stats are imported when first used instead of at 
 
 Third, torch._dynamo is imported only where something compiles, not by every optimizer torch
 builds (1.4 to 2 s of each fairseq-train): dynamo_on_demand.py beside this file says how.
+
+Fourth, sympy is imported only for a shape check of torch's that does not plainly hold, not by the
+first attention forward (0.4 to 0.6 s of each fairseq-train and each decoding):
+checks_on_demand.py beside this file says how.
 
 Should another ``sitecustomize`` be on the path (a distribution's), it runs after this one.
 """
@@ -38,6 +42,10 @@ deferred_imports.defer()
 import dynamo_on_demand  # noqa: E402
 
 dynamo_on_demand.defer()
+
+import checks_on_demand  # noqa: E402
+
+checks_on_demand.defer()
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _other = importlib.machinery.PathFinder.find_spec(
