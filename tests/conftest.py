@@ -208,14 +208,15 @@ def tree(ende, tmp_path_factory):
     def build(root):
         import shutil
 
-        from recipe_helpers import run
+        from recipe_helpers import recipe_main
 
         shutil.copytree(ende["out"], root / "task")
         shutil.copytree(ende["work"] / "ck_csan", root / "ck")
-        run(["bash", "scripts/evaluate.sh", "--data", root / "task", "--checkpoints", root / "ck", "--out", root / "ev",
-             "--last", 2, "--cpu"])
-        run([sys.executable, "-m", "fairseq_csan.recipes.export", "--data", root / "task", "--checkpoint",
-             root / "ev/averaged.pt", "--out", root / "model"])
+        # evaluate.sh's and export's mains, in this process (their doors: test_evaluate.py, test_export.py)
+        recipe_main("evaluate", "--data", root / "task", "--checkpoints", root / "ck", "--out", root / "ev",
+                    "--last", 2, "--cpu", check=True)
+        recipe_main("export", "--data", root / "task", "--checkpoint", root / "ev/averaged.pt", "--out", root / "model",
+                    check=True)
 
     root, _ = built_once(tmp_path_factory, "tree", build)
     with read_only(root):

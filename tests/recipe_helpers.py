@@ -178,10 +178,14 @@ def train_tiny(data, save, arch, *extra):
     return run(["bash", "scripts/train.sh", "--data", data, "--arch", arch, "--save-dir", save, "--cpu-tiny", *extra])
 
 
-def evaluate_tiny(data, save, out, *extra):
+def evaluate_tiny(data, save, out, *extra, door=True):
+    """scripts/evaluate.sh on the last 2 checkpoints of ``save``; ``door=False``: its main in this
+    process (``in_process``), for evaluations after a test's first, whose door it has run."""
     bootstrap = ["--bootstrap-samples", 200] if "--baseline" in extra else []
-    return run(["bash", "scripts/evaluate.sh", "--data", data, "--checkpoints", save, "--out", out,
-                "--last", 2, "--cpu", *bootstrap, *extra])
+    argv = ["--data", data, "--checkpoints", save, "--out", out, "--last", 2, "--cpu", *bootstrap, *extra]
+    if door:
+        return run(["bash", "scripts/evaluate.sh", *argv])
+    return recipe_main("evaluate", *argv, check=True)
 
 
 def lay_out_wmt(raw, langs, train, train_stems, dev, dev_name, test, test_src_sgm, test_ref_sgm):

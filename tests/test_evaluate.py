@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from recipe_helpers import N_TEST, check_results, evaluate_tiny, lines, refusal_of, run, walk_options, write
+from recipe_helpers import N_TEST, check_results, evaluate_tiny, lines, recipe_main, refusal_of, run, walk_options, write
 
 
 @pytest.mark.slow
@@ -17,7 +17,9 @@ def test_ende_evaluate_with_bootstrap_and_table(ende, tmp_path):
     out, runs = ende["out"], ende["work"]
     work = tmp_path  # the evaluations' folders (the shared fixture is read only)
     evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base")
-    evaluate_tiny(out, runs / "ck_csan", work / "ev_csan", "--name", "+ CSANs", "--baseline", work / "ev_base")
+    # the door once (scripts/evaluate.sh, a process of its own), then its main in this process
+    evaluate_tiny(out, runs / "ck_csan", work / "ev_csan", "--name", "+ CSANs", "--baseline", work / "ev_base",
+                  door=False)
     base = check_results(work / "ev_base", N_TEST, compound=True)
     assert "Warning" not in (work / "ev_base/generate.log").read_text(encoding="utf-8")  # quiet.py
     csan = check_results(work / "ev_csan", N_TEST, compound=True)
@@ -31,15 +33,16 @@ def test_ende_evaluate_with_bootstrap_and_table(ende, tmp_path):
     assert "| Transformer-Base | 0.2M |" in table and "| + CSANs | 0.2M |" in table
     # a second evaluation of the same checkpoints and settings keeps the average and the decoding
     stamps = [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")]
-    again = evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base")
+    again = evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base", door=False)
     assert "averaged.pt (the same checkpoints): up to date; skipped" in again.stderr
     assert "generate.txt (the same model and settings): up to date; skipped" in again.stderr
     assert [(work / "ev_base" / name).stat().st_mtime_ns for name in ("averaged.pt", "generate.txt")] == stamps
     # other settings in the same folder: refused, then redone with --force
-    other = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoints", runs / "ck_base",
-                 "--out", work / "ev_base", "--last", 3, "--cpu"], check=False)
+    other = recipe_main("evaluate", "--data", out, "--checkpoints", runs / "ck_base", "--out", work / "ev_base",
+                        "--last", 3, "--cpu")
     assert other.returncode == 2 and "holds an evaluation of other checkpoints or settings" in other.stderr
-    redone = evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force")
+    redone = evaluate_tiny(out, runs / "ck_base", work / "ev_base", "--name", "Transformer-Base", "--beam", 1, "--force",
+                           door=False)
     assert "1/3 averaging the last 2" in redone.stderr and re.search(r"2/3 decoding test \(\d+ sentences\): beam 1,", redone.stderr)
     assert json.loads((work / "ev_base/evaluation.json").read_text())["beam"] == 1
 
@@ -66,7 +69,8 @@ def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
     for suffix in ("bin", "idx"):
         for lang in ("en", "de"):
             shutil.copy(out / f"data-bin/valid.en-de.{lang}.{suffix}", other / f"data-bin/test.en-de.{lang}.{suffix}")
-    again = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
+    # after the door's first run, its main in this process
+    again = recipe_main("evaluate", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu", check=True)
     assert "2/3 decoding test" in again.stderr and "redone: its inputs are other files than last time" in again.stderr
     assert lines(ev / "hyp.tok") != [] and len(lines(ev / "hyp.tok")) == len(lines(other / "tok/test.de"))
     assert lines(other / "tok/test.de") == lines(out / "tok/valid.de")
@@ -74,7 +78,7 @@ def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
     st = checkpoint.stat()
     shutil.copyfile(work / "ck_csan/checkpoint_last.pt", checkpoint)
     os.utime(checkpoint, ns=(st.st_atime_ns, st.st_mtime_ns))
-    third = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
+    third = recipe_main("evaluate", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu", check=True)
     assert f"input {checkpoint} changed since the last run" in third.stderr
     assert first.returncode == again.returncode == third.returncode == 0
 

@@ -33,7 +33,7 @@ def test_zhen_recipe(tmp_path):
     assert (out / "bpe/codes.zh").is_file() and (out / "bpe/codes.en").is_file()
     assert (out / "data-bin/dict.zh.txt").read_text() != (out / "data-bin/dict.en.txt").read_text()
     train_tiny(out, tmp_path / "ck", "transformer_ctxaware")
-    evaluate_tiny(out, tmp_path / "ck", tmp_path / "ev")
+    evaluate_tiny(out, tmp_path / "ck", tmp_path / "ev", door=False)  # its door: test_evaluate.py
     results = check_results(tmp_path / "ev", N_TEST, compound=False)
     assert results["task"] == "wmt17_zh_en" and results["name"] == "transformer_ctxaware"
     assert "--share-decoder-input-output-embed" in (tmp_path / "ck/train_command.sh").read_text()
@@ -63,7 +63,7 @@ def test_jaen_recipe(tmp_path):
     check_prepared(out, "ja", "en")
     assert lines(out / "raw/train.en")[0] == " ".join(head(kftt / "train.en", 1)[0].split())
     train_tiny(out, tmp_path / "ck", "transformer_csan2d")
-    evaluate_tiny(out, tmp_path / "ck", tmp_path / "ev")
+    evaluate_tiny(out, tmp_path / "ck", tmp_path / "ev", door=False)  # its door: test_evaluate.py
     check_results(tmp_path / "ev", N_TEST, compound=False)
     # --force with other settings deletes the outputs (never the ASPEC folder) and redoes them
     before = sorted(p for p in aspec.rglob("*"))

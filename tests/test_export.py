@@ -44,7 +44,8 @@ def test_exported_folder_translates_as_evaluate(tiny_task, tmp_path):
     other argument, translate.py --model and translate.py --data give evaluate.sh's hyp.detok."""
     task, checkpoint = tiny_task["task"], tiny_task["checkpoint"]  # 32 test lines: one batch in fairseq-generate too
     ev = tmp_path / "ev"
-    run(["bash", "scripts/evaluate.sh", "--data", task, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
+    # evaluate.sh's main in this process (its door: test_evaluate.py); export's door, then its main
+    recipe_main("evaluate", "--data", task, "--checkpoint", checkpoint, "--out", ev, "--cpu", check=True)
     folder = tmp_path / "model"
     done = export("--data", task, "--checkpoint", checkpoint, "--out", folder)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -66,20 +67,24 @@ def test_exported_folder_translates_as_evaluate(tiny_task, tmp_path):
     assert got["translations"] == lines(ev / "hyp.detok")
 
     for name, source in (("model", ["--model", folder]), ("task", ["--data", task, "--checkpoint", checkpoint])):
-        run([sys.executable, "-m", "fairseq_csan.recipes.translate", *source, "--input", task / "raw/test.en",
-             "--output", tmp_path / f"{name}.de", "--cpu"])
+        argv = [*source, "--input", task / "raw/test.en", "--output", tmp_path / f"{name}.de", "--cpu"]
+        if name == "model":  # the door, a process of its own
+            run([sys.executable, "-m", "fairseq_csan.recipes.translate", *argv])
+        else:  # its main in this process
+            recipe_main("translate", *argv, check=True)
         assert (tmp_path / f"{name}.de").read_bytes() == (ev / "hyp.detok").read_bytes()
         assert (tmp_path / f"{name}.de.tok").read_bytes() == (ev / "hyp.tok").read_bytes()
 
-    # the same export again changes nothing; another model is refused without --force
+    # the same export again changes nothing; another model is refused without --force (export's
+    # main in this process, its door having run above)
     before = (folder / "model.pt").read_bytes()
-    done = export("--data", task, "--checkpoint", checkpoint, "--out", folder)
+    done = recipe_main("export", "--data", task, "--checkpoint", checkpoint, "--out", folder)
     assert done.returncode == 0 and "unchanged" in done.stderr
     other = sorted(checkpoint.parent.glob("checkpoint_1_*.pt"))[0]
-    done = export("--data", task, "--checkpoint", other, "--out", folder)
+    done = recipe_main("export", "--data", task, "--checkpoint", other, "--out", folder)
     assert done.returncode == 2 and "pass --force to replace it" in done.stderr
     assert (folder / "model.pt").read_bytes() == before
-    done = export("--data", task, "--checkpoint", other, "--out", folder, "--force")
+    done = recipe_main("export", "--data", task, "--checkpoint", other, "--out", folder, "--force")
     assert done.returncode == 0 and "replaced" in done.stderr
     assert (folder / "model.pt").read_bytes() != before
 
