@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from recipe_helpers import fake_task, lines, refusal_of, run, walk_options, write
+from recipe_helpers import fake_task, in_process, lines, refusal_of, walk_options, write
 
+from fairseq_csan.recipes import translate
 from fairseq_csan.recipes.translate import pieces
 
 TRANSLATE = [sys.executable, "-m", "fairseq_csan.recipes.translate"]
@@ -43,10 +44,6 @@ def fake_model(tmp_path):
 def test_undecodable_input_is_named_by_file_and_line_before_any_work(tmp_path):
     bad = tmp_path / "bad.en"
     bad.write_bytes(b"\xef\xbb\xbfgood\nbad \xff byte\n")  # a BOM, then a Latin-1 byte on line 2
-    from recipe_helpers import in_process
-
-    from fairseq_csan.recipes import translate
-
     done = in_process(translate.main, [*fake_model(tmp_path), "--input", bad, "--output", tmp_path / "o"], check=False)
     assert done.returncode == 2 and f"{bad}:2: not UTF-8 (byte 0xff at column 5)" in done.stderr
     for name in ("-", "/dev/stdin"):  # standard input, by either name, as processes
@@ -62,10 +59,6 @@ def test_undecodable_input_is_named_by_file_and_line_before_any_work(tmp_path):
     (["--input", "x", "--batch-size", "0"], "--batch-size must be a positive whole number, got 0"),
 ])
 def test_bad_command_lines_stop_early(tmp_path, extra, message):
-    from recipe_helpers import in_process
-
-    from fairseq_csan.recipes import translate
-
     (tmp_path / "x").write_text("a\n", encoding="utf-8")
     # scripts/translate.py's main, in this process
     done = in_process(translate.main, fake_model(tmp_path) + extra, check=False, cwd=tmp_path)
@@ -73,10 +66,6 @@ def test_bad_command_lines_stop_early(tmp_path, extra, message):
 
 
 def test_model_or_task_is_required(tmp_path):
-    from recipe_helpers import in_process
-
-    from fairseq_csan.recipes import translate
-
     done = in_process(translate.main, ["--input", "x"], check=False, cwd=tmp_path)
     assert done.returncode == 2 and "give --data and --checkpoint" in done.stderr
     done = in_process(translate.main, ["--model", tmp_path, "--input", "x"], check=False)
@@ -106,9 +95,10 @@ def test_odd_lines_keep_their_place(tiny, tmp_path):
     assert got[0] and all(got[i] == got[0] for i in (1, 3, 4, 5, 7)), got
     assert len(lines(tmp_path / "out.de.tok")) == len(rows)
     # nothing overwritten without --force
-    again = subprocess.run(TRANSLATE + ["--data", str(task), "--checkpoint", str(checkpoint), "--input", "-",
-                                        "--output", str(out), "--cpu"], input=raw, capture_output=True)
-    assert again.returncode == 2 and b"exist; pass --force to overwrite" in again.stderr
+    # (translate's main in this process: refused before it reads its input)
+    again = in_process(translate.main, ["--data", task, "--checkpoint", checkpoint, "--input", "-", "--output", out,
+                                        "--cpu"], check=False)
+    assert again.returncode == 2 and "exist; pass --force to overwrite" in again.stderr
 
 
 @pytest.mark.slow
@@ -161,7 +151,7 @@ def test_ende_translate_keeps_every_line_of_odd_input(ende, tmp_path):
     assert out[2] == "" and all(out[i] for i in (0, 1, 3, 4, 5))
     (tmp_path / "bad.en").write_bytes(b"fine\nbad \xff byte\n")
     command[command.index("-")] = str(tmp_path / "bad.en")
-    bad = subprocess.run(command + ["--force"], capture_output=True, text=True)
+    bad = in_process(translate.main, [*command[3:], "--force"], check=False)  # its main in this process
     assert bad.returncode == 2 and f"{tmp_path / 'bad.en'}:2: not UTF-8" in bad.stderr
 
 
@@ -172,8 +162,6 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
     is refused with one line. (The model loads; the decoding and the writing are recorded.)"""
     import itertools
     import shutil
-
-    from fairseq_csan.recipes import translate
 
     runs = itertools.count()
     source = tree / "task/raw/test.en"
