@@ -420,6 +420,64 @@ def test_sigint_stops_the_trainer_when_the_caller_ignored_it(data_bin, tmp_path)
             os.kill(pid, signal.SIGKILL)
 
 
+# a trainer that loses its first SIGINT, as fairseq-train does now and then when native code
+# clears the KeyboardInterrupt that Python raised in it; the second one ends it
+LOSES_ONE_SIGINT = """
+import time
+print("training", flush=True)
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    print("lost one SIGINT", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+# the kit's run() on a plan for one process, with that trainer in place of fairseq-train
+RUN_WITH_TRAINER = """
+import sys
+from fairseq_csan.recipes import train as kit
+kit.RESEND_S = 2
+data, save, launcher, trainer = sys.argv[1:]
+plan = kit.build(kit.parse(["--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny"]))
+plan.update(save_given=save, cmd=[sys.executable, "-c", trainer], launcher=launcher)
+raise SystemExit(kit.run(plan))
+"""
+
+
+@pytest.mark.parametrize("launcher", ["", "torchrun"])
+def test_a_signal_the_trainer_lost_is_passed_on_again(tmp_path, launcher):
+    """The trainer alone (fairseq-train) still running RESEND_S seconds after SIGINT gets it
+    again, and stops; a launcher (torchrun, srun) that ends its workers itself gets it once."""
+    data, save = fake_task(tmp_path), tmp_path / "ck"
+    kit_process = subprocess.Popen([sys.executable, "-c", RUN_WITH_TRAINER, data, save, launcher, LOSES_ONE_SIGINT],
+                                   cwd=REPO, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
+    trainer = None
+    try:
+        wait_for(lambda: (save / "train.log").is_file() and "training" in (save / "train.log").read_text(), 60,
+                 "the trainer to start")
+        trainer = trainer_pid(save)
+        kit_process.send_signal(signal.SIGINT)
+        if launcher:
+            with pytest.raises(subprocess.TimeoutExpired):  # the launcher would end it; here nothing does
+                kit_process.wait(timeout=5)
+            assert alive(trainer)
+            return
+        _, err = kit_process.communicate(timeout=30)
+        assert kit_process.returncode == 128 + signal.SIGINT
+        assert "lost one SIGINT" in (save / "train.log").read_text() and not alive(trainer)
+        assert f"SIGINT: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
+        assert f"the trainer (pid {trainer}) still runs 2 s after SIGINT: passed on again" in err
+        assert err.index("passed on again") < err.index(f"the trainer (pid {trainer}) stopped after SIGINT")
+    finally:
+        if kit_process.poll() is None:
+            kit_process.kill()
+            kit_process.communicate()
+        if trainer and alive(trainer):
+            os.kill(trainer, signal.SIGKILL)
+
+
 # ---------------------------------------------------------------- the docs' training commands, as written
 
 FENCE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)

@@ -13,7 +13,8 @@ command; ``--dry-run`` prints it. A real run then, in this order:
    damaged checkpoint_last.pt (or one older than the newest interval checkpoint) is replaced,
    atomically and with a message, by the newest intact checkpoint_E_U.pt;
 4. runs the command, its output appended to SAVE/train.log and shown; SIGTERM, SIGINT or
-   SIGHUP is passed on to the trainer, which this process then waits for.
+   SIGHUP is passed on to the trainer, which this process then waits for (a lone fairseq-train
+   that still runs RESEND_S seconds later gets it again: see ``run``).
 """
 
 from __future__ import annotations
@@ -656,6 +657,9 @@ def finished(last: Path, cmd: List[str]) -> Optional[int]:
 
 # ---------------------------------------------------------------------------- running it
 
+RESEND_S = 10  # seconds after a signal passed on to fairseq-train before it is passed on again (run)
+
+
 def run(plan: dict) -> int:
     save, cmd = plan["save"], plan["cmd"]
     save.mkdir(parents=True, exist_ok=True)
@@ -681,13 +685,14 @@ def run(plan: dict) -> int:
     # SIGTERM, SIGINT and SIGHUP are caught here before the trainer starts: a caught signal is
     # the default again in the trainer (exec resets it), even where the caller ignored it (a
     # script's background job ignores SIGINT), so the trainer stops when it is passed on
-    received, trainer = [], None
+    received, trainer, passed = [], None, []
 
     def pass_on(signum, _frame):
         received.append(signum)
         if trainer is not None:
             log(f"{signal.Signals(signum).name}: passed on to the trainer (pid {trainer.pid}); waiting for it to stop")
             trainer.send_signal(signum)
+            passed.append(time.monotonic())
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, pass_on)
@@ -700,10 +705,22 @@ def run(plan: dict) -> int:
     note_holder(lock, trainer.pid)
     if received:  # a signal before the trainer existed
         trainer.send_signal(received[0])
+        passed.append(time.monotonic())
     with open(plan["log"], "rb") as shown:
         shown.seek(start)
         while True:
             ended = trainer.poll() is not None
+            if not ended and passed and not plan["launcher"] and time.monotonic() - passed[-1] >= RESEND_S:
+                # fairseq-train alone can lose a SIGINT: Python raises its KeyboardInterrupt
+                # wherever the main thread is, and native code that calls back into Python may
+                # clear it (seen here: a trainer that went on training, without a traceback).
+                # SIGTERM and SIGHUP end it at once, so a second one is harmless. torchrun and
+                # srun are left alone: they end their workers themselves, and a second signal
+                # would cut that short
+                name = signal.Signals(received[0]).name
+                log(f"the trainer (pid {trainer.pid}) still runs {RESEND_S} s after {name}: passed on again")
+                trainer.send_signal(received[0])
+                passed.append(time.monotonic())
             chunk = shown.read()
             if chunk:
                 sys.stdout.buffer.write(chunk)
