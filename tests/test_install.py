@@ -297,12 +297,18 @@ def install_as_here(venv: Path, name: str):
         if key in done:
             continue
         done.add(key)
-        if key in present:  # replaced, as pip replaces it: its files and its .dist-info folder
+        if key in present:  # replaced, as pip replaces it: its files, its .dist-info folder, and
+            # the folders that held only its files (an empty pkg_resources/ left by the venv's own
+            # setuptools would import as a namespace package, without setuptools' functions)
             installed = [Path(present[key].locate_file(f)) for f in present[key].files or []]
             for path in installed:
                 path.unlink(missing_ok=True)
             for metadata in (path for path in installed if path.name == "METADATA"):
                 shutil.rmtree(metadata.parent, ignore_errors=True)
+            for folder in sorted({p for path in installed for p in path.parents if site in p.parents},
+                                 key=lambda p: len(p.parts), reverse=True):
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
         for f in dist.files or []:
             source, target = Path(dist.locate_file(f)), site / f
             if str(f).startswith("..") or not source.is_file():
