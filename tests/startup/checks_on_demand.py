@@ -16,9 +16,7 @@ imported for a check that holds differs. tests/test_startup.py checks both sides
 changed if torch is not installed or was imported already.
 """
 
-import importlib.abc
-import importlib.machinery
-import sys
+from after_import import replace_after_import
 
 
 def _on_demand(torch_check_with):
@@ -33,29 +31,6 @@ def _on_demand(torch_check_with):
     return _check_with
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds torch as Python would, then replaces its ``_check_with`` once its ``__init__`` has run
-    (torch's functions look the name up in torch's namespace at each call)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            module._check_with = _on_demand(module._check_with)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def defer():
-    """Put the finder in place (see the module's docstring)."""
-    if "torch" in sys.modules or importlib.machinery.PathFinder.find_spec("torch") is None:
-        return
-    sys.meta_path.insert(0, _Finder())
+    """Put the replacement in place (see the module's docstring)."""
+    replace_after_import("torch", "_check_with", _on_demand)

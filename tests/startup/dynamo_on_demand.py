@@ -21,9 +21,9 @@ was imported already.
 """
 
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
+
+from after_import import replace_after_import
 
 TARGET = "torch._compile"
 
@@ -47,29 +47,6 @@ def _on_demand(torch_disable):
     return _disable_dynamo
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds torch._compile as Python would, then replaces its ``_disable_dynamo`` once it has run
-    (before torch's other modules take the name from it)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != TARGET:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            module._disable_dynamo = _on_demand(module._disable_dynamo)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def defer():
-    """Put the finder in place (see the module's docstring)."""
-    if "torch" in sys.modules or importlib.machinery.PathFinder.find_spec("torch") is None:
-        return
-    sys.meta_path.insert(0, _Finder())
+    """Put the replacement in place (see the module's docstring)."""
+    replace_after_import(TARGET, "_disable_dynamo", _on_demand)
