@@ -459,6 +459,7 @@ def test_a_signal_the_trainer_lost_is_passed_on_again(tmp_path, launcher):
                  "the trainer to start")
         trainer = trainer_pid(save)
         kit_process.send_signal(signal.SIGINT)
+        wait_for(lambda: "lost one SIGINT" in (save / "train.log").read_text(), 30, "the signal to be passed on")
         if launcher:
             with pytest.raises(subprocess.TimeoutExpired):  # the launcher would end it; here nothing does
                 kit_process.wait(timeout=5)
