@@ -15,10 +15,20 @@ and omegaconf take the range that both fairseq 0.12.2's pins (hydra-core 1.0.x, 
 
 from setuptools import find_packages, setup
 
-# sacreBLEU's ja-mecab tokeniser (scores of a Japanese target) needs mecab-python3 and ipadic
-RECIPES = ["sacremoses>=0.1", "jieba>=0.42", "fugashi>=1.3", "unidic-lite>=1.0.8", "mecab-python3>=1.0.5", "ipadic>=1.0"]
+# the recipes' tokenisers: Moses for every European language, jieba for Chinese, MeCab (fugashi
+# with UniDic-lite) for Japanese; sacreBLEU's ja-mecab tokeniser (scores of a Japanese target)
+# needs mecab-python3 and ipadic
+MOSES = ["sacremoses>=0.1"]
+ZH = ["jieba>=0.42"]
+JA = ["fugashi>=1.3", "unidic-lite>=1.0.8", "mecab-python3>=1.0.5", "ipadic>=1.0"]
+RECIPES = [*MOSES, *ZH, *JA]
 ANALYSIS = ["matplotlib>=3.5"]
 LOGGING = ["tensorboard>=2.10", "tensorboardX"]
+# pytest-xdist runs the suite on every core (README: Tests); 3.8 (whose --no-loadscope-reorder the
+# README's command gives) needs Python 3.9: on 3.8 the last release for it, whose scheduler keeps
+# the collection order anyway (tests/conftest.py accepts the flag there; docs/environments.md).
+# Each range is checked against the releases' Requires-Python by tests/test_install.py.
+PYTEST = ["pytest>=7", 'pytest-xdist>=3.8; python_version >= "3.9"', 'pytest-xdist>=3.5,<3.7; python_version < "3.9"']
 
 setup(
     name="fairseq_csan",
@@ -60,7 +70,13 @@ setup(
         # torch.utils.tensorboard); installed by scripts/install.sh. W&B (--wandb-project) needs
         # `pip install wandb` besides.
         "logging": LOGGING,
-        # pytest-xdist: the suite runs on every core (README: Tests)
-        "test": ["pytest>=7", "pytest-xdist>=3.8", *RECIPES, *ANALYSIS],
+        # one language's tokeniser alone (the recipes extra has all three)
+        "zh": ZH,
+        "ja": JA,
+        # what scripts/gpu_check.sh runs on a GPU node: tests/test_gpu.py, the benchmark and the
+        # Multi30k reproduction with its plots (the default of install.sh --make-wheelhouse)
+        "gpu-check": ["pytest>=7", *MOSES, *ANALYSIS],
+        # the test suite: every tokeniser and the plots
+        "test": [*PYTEST, *RECIPES, *ANALYSIS],
     },
 )

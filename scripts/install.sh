@@ -2,16 +2,18 @@
 # Install fairseq_csan into the active Python environment: a fresh one, or one that already has
 # torch and fairseq (they are kept, with their pins; see docs/environments.md).
 # usage: bash scripts/install.sh [--dry-run] [--wheelhouse DIR]
-#        bash scripts/install.sh --make-wheelhouse DIR [--python X.Y] [--with-torch] [--constraints FILE]
+#        bash scripts/install.sh --make-wheelhouse DIR [--python X.Y] [--with-torch] [--node-freeze FILE]
 #   --dry-run    print what the environment holds and the commands a real run would run; change nothing
 #   --wheelhouse DIR  install from DIR alone, never a package index (a machine without network);
 #                DIR is made by --make-wheelhouse on a connected machine (docs/environments.md)
 #   --make-wheelhouse DIR  fill the new folder DIR with every wheel an offline install needs
-#                (fairseq-fixed compiled for that Python, the requirements, EXTRAS' packages), for
+#                (fairseq-fixed compiled for that Python, the requirements, EXTRAS' packages;
+#                EXTRAS defaults to gpu-check here: what scripts/gpu_check.sh runs), for
 #                Linux x86-64 and Python X.Y (--python; default: this one; another is looked for
 #                as pythonX.Y on PATH, then in pyenv's versions); torch only with --with-torch
-#                (TORCH_SPEC, from TORCH_INDEX if set); --constraints FILE holds the wheels to
-#                the target's versions (its `pip list --format=freeze`: numpy, a torch module's)
+#                (TORCH_SPEC, from TORCH_INDEX if set); --node-freeze FILE is the node's
+#                `pip list --format=freeze`: the wheels keep to its versions, and what it has
+#                already is left out
 #   TORCH_SPEC   torch requirement, installed where torch is missing (default: torch==2.13.0). Set it,
 #                or TORCH_INDEX, to install torch even where one is installed (that replaces it)
 #   TORCH_INDEX  a package index to take torch from, e.g. PyTorch's CUDA wheel index on a GPU
@@ -22,8 +24,11 @@
 #                is always kept
 #   EXTRAS       this package's extras (default: test,logging; the test extra brings the
 #                recipes' tokenisers and the analysis plots, logging brings TensorBoard and
-#                tensorboardX)
+#                tensorboardX; with --wheelhouse, the wheelhouse's; others: recipes, zh, ja,
+#                analysis, gpu-check)
 #   IMPORT_CHECK 0 skips importing torch, fairseq and fairseq_csan at the end (default 1)
+#   RESOLVE_LIMIT seconds for pip to resolve the plugin's requirements before anything of them is
+#                installed (default 90); a requirement with no release for this Python is named
 set -euo pipefail
 
 TORCH_EXPLICIT=${TORCH_SPEC:+1}${TORCH_INDEX:+1}
@@ -31,37 +36,40 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 TORCH_INDEX=${TORCH_INDEX:-}
 FAIRSEQ_EXPLICIT=${FAIRSEQ_SPEC:+1}
 FAIRSEQ_SPEC=${FAIRSEQ_SPEC:-fairseq-fixed==0.12.3.1}
+EXTRAS_EXPLICIT=${EXTRAS:+1}
 EXTRAS=${EXTRAS:-test,logging}
 IMPORT_CHECK=${IMPORT_CHECK:-1}
+RESOLVE_LIMIT=${RESOLVE_LIMIT:-90}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python}
-dry_run=0 wheelhouse="" make_wheelhouse="" target_python="" with_torch=0 constraints=""
+dry_run=0 wheelhouse="" make_wheelhouse="" target_python="" with_torch=0 freeze=""
 usage() { echo "[install] error: $* (bash scripts/install.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
-    --wheelhouse|--make-wheelhouse|--python|--constraints)
+    --wheelhouse|--make-wheelhouse|--python|--node-freeze)
       [ $# -ge 2 ] && [ -n "$2" ] && [[ "$2" != --* ]] || usage "$1 needs a value"
       case "$1" in
         --wheelhouse) wheelhouse=$2 ;; --make-wheelhouse) make_wheelhouse=$2 ;;
-        --python) target_python=$2 ;; *) constraints=$2 ;;
+        --python) target_python=$2 ;; *) freeze=$2 ;;
       esac
       shift ;;
     --with-torch) with_torch=1 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) usage "unknown argument '$1' (allowed: --dry-run, --wheelhouse DIR, --make-wheelhouse DIR, --python X.Y, --with-torch, --constraints FILE, --help)" ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) usage "unknown argument '$1' (allowed: --dry-run, --wheelhouse DIR, --make-wheelhouse DIR, --python X.Y, --with-torch, --node-freeze FILE, --help)" ;;
   esac
   shift
 done
 if [ -n "$make_wheelhouse" ]; then
-  [ "$dry_run" = 0 ] && [ -z "$wheelhouse" ] || usage "--make-wheelhouse goes alone (with --python, --with-torch, --constraints): it installs nothing"
-  [ -z "$constraints" ] || [ -f "$constraints" ] || usage "--constraints $constraints: no such file"
+  [ "$dry_run" = 0 ] && [ -z "$wheelhouse" ] || usage "--make-wheelhouse goes alone (with --python, --with-torch, --node-freeze): it installs nothing"
+  [ -z "$freeze" ] || [ -f "$freeze" ] || usage "--node-freeze $freeze: no such file"
 else
   [ -z "$target_python" ] || usage "--python X.Y is the Python a wheelhouse is made for: it goes with --make-wheelhouse"
   [ "$with_torch" = 0 ] || usage "--with-torch puts torch into a wheelhouse: it goes with --make-wheelhouse"
-  [ -z "$constraints" ] || usage "--constraints FILE holds a wheelhouse to versions: it goes with --make-wheelhouse"
+  [ -z "$freeze" ] || usage "--node-freeze FILE says what a wheelhouse can leave out: it goes with --make-wheelhouse"
 fi
 case "$IMPORT_CHECK" in 0|1) ;; *) echo "[install] error: IMPORT_CHECK must be 0 or 1, got '$IMPORT_CHECK'" >&2; exit 2 ;; esac
+[[ "$RESOLVE_LIMIT" =~ ^[1-9][0-9]*$ ]] || { echo "[install] error: RESOLVE_LIMIT must be a whole number of seconds, got '$RESOLVE_LIMIT'" >&2; exit 2; }
 [[ "$EXTRAS" =~ ^[A-Za-z0-9_,-]*$ ]] || { echo "[install] error: EXTRAS must be comma-separated extra names (e.g. test,logging), got '$EXTRAS'" >&2; exit 2; }
 
 say() { echo "[install] $*"; }
@@ -70,9 +78,10 @@ die() { echo "[install] error: $*" >&2; exit 1; }
 if [ -n "$make_wheelhouse" ]; then
   # (on a connected machine: nothing here is installed; scripts/install_env.py does the work)
   target_python=${target_python:-$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
+  [ -n "$EXTRAS_EXPLICIT" ] || EXTRAS=gpu-check
   TORCH_SPEC=$TORCH_SPEC TORCH_INDEX=$TORCH_INDEX FAIRSEQ_SPEC=$FAIRSEQ_SPEC EXTRAS=$EXTRAS \
     exec "$PY" "$ROOT/scripts/install_env.py" make-wheelhouse "$make_wheelhouse" "$target_python" "$with_torch" \
-    "${constraints:+$(cd "$(dirname "$constraints")" && pwd)/$(basename "$constraints")}"
+    "${freeze:+$(cd "$(dirname "$freeze")" && pwd)/$(basename "$freeze")}"
 fi
 
 # --- what the environment holds: distribution versions from their metadata (nothing is imported) ---
@@ -112,6 +121,7 @@ if [ -n "$wheelhouse" ]; then
     if [ -n "$TORCH_HAVE" ]; then why="TORCH_SPEC=$TORCH_SPEC asks for torch, but"; else why="no torch is installed, and"; fi
     die "$why the wheelhouse holds none: install torch first (a cluster module, a container), or make the wheelhouse with --with-torch"
   fi
+  [ -n "$EXTRAS_EXPLICIT" ] || EXTRAS=$(wh extras)
   for extra in ${EXTRAS//,/ }; do
     [[ ",$(wh extras)," == *",$extra,"* ]] || die "EXTRAS=$EXTRAS, but the wheelhouse holds the packages of the extras $(wh extras) only: make it with EXTRAS=$EXTRAS"
   done
@@ -148,6 +158,11 @@ else
   fi
   PINS+=("$TORCH_SPEC")
 fi
+
+# before fairseq and the plugin: pip resolves the plugin and its extras beside the pins, installing
+# nothing, within RESOLVE_LIMIT seconds; a requirement without a release for this Python is
+# named in one line instead of pip backtracking for many minutes (after torch: the pins name it)
+add "$PY" "$ROOT/scripts/install_env.py" resolvable "$CONSTRAINTS" "$ROOT[$EXTRAS]" "$RESOLVE_LIMIT"
 
 if [ -n "$FAIRSEQ_MODULE" ]; then
   [ -z "$FAIRSEQ_EXPLICIT" ] || die "FAIRSEQ_SPEC=$FAIRSEQ_SPEC, but a fairseq is installed ($FAIRSEQ_HAVE); two distributions of the module fairseq overwrite each other: uninstall it first or leave FAIRSEQ_SPEC unset to keep it"

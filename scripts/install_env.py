@@ -2,6 +2,7 @@
 
     python scripts/install_env.py probe                      # what the environment holds
     python scripts/install_env.py fairseq-deps CONSTRAINTS SPEC  # SPEC's requirements, less torchaudio
+    python scripts/install_env.py resolvable CONSTRAINTS SPEC [LIMIT]  # SPEC installs here, or which requirement cannot
     python scripts/install_env.py pins CONSTRAINTS           # every pinned distribution has its version
     python scripts/install_env.py imports                    # torch, fairseq and fairseq_csan import
     python scripts/install_env.py make-wheelhouse DIR X.Y WITH_TORCH [CONSTRAINTS]  # fill DIR for an offline install
@@ -19,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -61,6 +63,76 @@ def fairseq_deps(constraints, spec):
     wanted = [r for r in requires if "extra ==" not in r and not re.match(r"torchaudio\b", r)]
     print("[install] its requirements less torchaudio:", " ".join(wanted), flush=True)
     return subprocess.call([sys.executable, "-m", "pip", "install", "-c", constraints, *wanted])
+
+
+def _pip_dry_run(constraints, *requirements, no_deps=False, limit=None):
+    """pip's resolution of REQUIREMENTS in this environment, installing nothing: (exit code or
+    None when it ran past LIMIT seconds, pip's report or None, what pip printed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "-q", "--disable-pip-version-check",
+               "--report", str(report), "-c", constraints, *(["--no-deps"] if no_deps else []), *requirements]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired as stopped:
+            said = stopped.stderr.decode() if isinstance(stopped.stderr, bytes) else (stopped.stderr or "")
+            return None, None, said
+        said = "\n".join(line for line in (done.stdout + done.stderr).splitlines()
+                         if not line.startswith("WARNING: Location"))  # a find-links folder pip skips
+        return done.returncode, json.loads(report.read_text()) if report.is_file() else None, said
+
+
+def resolvable(constraints, spec, limit="90"):
+    """Fail fast, naming the package, where SPEC (the plugin with its extras) cannot be installed
+    beside the pinned versions: pip resolves it once, installing nothing, within LIMIT seconds.
+
+    Where it fails or runs out of time (pip's resolver can backtrack for many minutes through every
+    release of unrelated packages when one requirement has no release for this Python), each of the
+    plugin's requirements is looked up on its own, without its dependencies, which takes a second
+    each and names the one that has no release for this Python or platform."""
+    here = f"Python {platform.python_version()} on {sys.platform} {platform.machine()}"
+    if tuple(int(x) for x in re.findall(r"\d+", md.version("pip"))[:2]) < (22, 2):
+        _say(f"warning: pip {md.version('pip')} has no --dry-run: requirements not checked before installing")
+        return 0
+    start = time.time()
+    code, report, said = _pip_dry_run(constraints, spec, limit=float(limit))
+    if code == 0:
+        names = sorted(item["metadata"]["name"] for item in report["install"])
+        _say(f"requirements resolve for {here} in {time.time() - start:.0f}s: {len(names)} to install")
+        return 0
+    why = "ran past its limit of %s s" % limit if code is None else "failed"
+    _say(f"pip's resolution of {spec} {why}; looking up each requirement on its own")
+    _, root, root_said = _pip_dry_run(constraints, spec, no_deps=True, limit=float(limit))
+    if not root:
+        return f"[install] error: {spec} cannot be read for its requirements: {_last_error(root_said)}"
+    from pip._vendor.packaging.requirements import Requirement  # pip's copy: this script needs no other package
+
+    extras = set(re.search(r"\[(.*)\]$", spec)[1].split(",")) if spec.endswith("]") else set()
+    wanted = []
+    for line in root["install"][0]["metadata"].get("requires_dist", []):
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras | {""}):
+            req.marker = None
+            wanted.append(str(req))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        looked_up = list(pool.map(lambda r: (r, _pip_dry_run(constraints, r, no_deps=True, limit=120)), wanted))
+    missing = [f"{r}: {_last_error(said) if code is not None else 'no answer within 120 s'}"
+               for r, (code, _, said) in looked_up if code != 0]
+    if missing:
+        return "\n".join(f"[install] error: no release for {here} satisfies {m}" for m in missing)
+    if code is None:  # slow, not impossible: the install goes on, and pip's own messages follow
+        _say(f"warning: every requirement has a release for {here}; pip's resolution takes longer than {limit} s "
+             "here (RESOLVE_LIMIT sets the limit)")
+        return 0
+    return (f"[install] error: every requirement of {spec} has a release for {here}, but they cannot be installed "
+            f"together with the pins in {constraints}: {_last_error(said)}")
+
+
+def _last_error(said):
+    errors = [line.strip() for line in said.splitlines() if line.strip().startswith("ERROR")]
+    return (errors[0] if errors else (said.strip().splitlines() or ["(pip said nothing)"])[-1])[:400]
 
 
 def pins(constraints):
@@ -118,7 +190,8 @@ print(json.dumps(reqs))
 def _wheel_requirements(whl):
     """Requires-Dist of a wheel, less extras-only requirements."""
     with zipfile.ZipFile(whl) as z:
-        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        # its own, at the top (setuptools vendors other distributions' METADATA below it)
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
         lines = z.read(meta).decode().splitlines()
     return [line.split(":", 1)[1].strip() for line in lines
             if line.startswith("Requires-Dist:") and "extra ==" not in line]
@@ -133,7 +206,7 @@ def _files(folder):
             for f in sorted(Path(folder).iterdir()) if f.is_file() and f.name not in (MANIFEST, PARTIAL)}
 
 
-def make_wheelhouse(out, python, with_torch, constraints=""):
+def make_wheelhouse(out, python, with_torch, freeze=""):
     """Fill OUT with every wheel an offline install needs, for Python X.Y on Linux x86-64.
 
     The wheels are built or downloaded by a temporary virtual environment of that Python (so
@@ -141,7 +214,7 @@ def make_wheelhouse(out, python, with_torch, constraints=""):
     torch of TORCH_SPEC), in OUT.partial, which becomes OUT when complete."""
     spec = {"python": python, "platform": "linux-x86_64", "torch": os.environ["TORCH_SPEC"] if with_torch == "1" else None,
             "fairseq": os.environ["FAIRSEQ_SPEC"], "extras": os.environ["EXTRAS"],
-            "constraints": Path(constraints).read_text().split() if constraints else None}
+            "node_freeze": Path(freeze).read_text().split() if freeze else None}
     out = Path(out).resolve()
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return f"[install] error: --make-wheelhouse runs on Linux x86-64 (the wheels are for it); this is {sys.platform} {platform.machine()}"
@@ -176,7 +249,7 @@ def make_wheelhouse(out, python, with_torch, constraints=""):
     work.mkdir(parents=True)
     (work / PARTIAL).write_text("make-wheelhouse is filling this folder; it becomes " + str(out) + "\n")
     try:
-        return _fill(work, out, spec, interpreter, python, constraints)
+        return _fill(work, out, spec, interpreter, python, freeze)
     except subprocess.CalledProcessError as error:
         shown = " ".join(str(c) if len(str(c)) < 200 else "(a script)" for c in error.cmd)
         why = (error.stderr or "").strip().splitlines()[-1:] if isinstance(error.stderr, str) else []
@@ -196,14 +269,35 @@ def _find_python(version):
     return None
 
 
-def _fill(work, out, spec, interpreter, python, constraints):
+def _node_versions(freeze):
+    """{normalised name: version} of a `pip list --format=freeze` file."""
+    found = {}
+    for line in Path(freeze).read_text().splitlines():
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*(\S+)\s*", line)
+        if m:
+            found[norm(m[1])] = m[2]
+    return found
+
+
+def _wheel_name_version(whl):
+    name, version = whl.name.split("-")[:2]
+    return norm(name), version
+
+
+# the build backend of the plugin's install: pip's build isolation takes these and what they
+# require from the wheelhouse, never from the node's environment, so they stay even where the
+# node has them
+_BUILD = ("setuptools", "wheel")
+
+
+def _fill(work, out, spec, interpreter, python, freeze):
     start = time.time()
     venv = work / PARTIAL.replace("partial", "build-venv")
     _say(f"1/4 a build environment of Python {python} ({interpreter}) with {os.environ['TORCH_SPEC']}, numpy, cython")
     _run(interpreter, "-m", "venv", venv)
     py = venv / "bin" / "python"
     pip = [py, "-m", "pip", "--disable-pip-version-check"]
-    held = ["-c", constraints] if constraints else []  # the target's versions (--constraints)
+    held = ["-c", freeze] if freeze else []  # the node's versions (--node-freeze)
     # the build environment is removed at the end: its packages are not compiled to bytecode
     # (torch's compilation took 28 s of a 96 s run on 2 cores)
     _run(*pip, "install", "-q", "--no-compile", *held, "setuptools", "wheel", "numpy", "cython")
@@ -224,6 +318,22 @@ def _fill(work, out, spec, interpreter, python, constraints):
     _say(f"3/4 the wheels of fairseq's requirements (less torch, torchaudio), the plugin's and the extras {spec['extras']}")
     _run(*pip, "wheel", "-q", "--prefer-binary", "-c", pins, *held, "-w", work, "setuptools", "wheel", *fairseq_reqs,
          *plugin_reqs)
+    node = _node_versions(freeze) if freeze else {}
+    wheels = {_wheel_name_version(whl)[0]: whl for whl in work.glob("*.whl")}
+    build, todo = set(), list(_BUILD)  # the build backend and what it requires (wheel: packaging)
+    while todo:
+        name = todo.pop()
+        if name in wheels and name not in build:
+            build.add(name)
+            todo += [_name(r) for r in _wheel_requirements(wheels[name])]
+    node_has = []
+    for whl in sorted(set(work.glob("*.whl")) - {fairseq_whl}):
+        name, version = _wheel_name_version(whl)
+        if name not in build and node.get(name, "").split("+")[0] == version:
+            node_has.append(f"{name}=={version}")  # the node has it, at the version these wheels need
+            whl.unlink()
+    if freeze:
+        _say(f"   left out {len(node_has)} the node has already ({', '.join(node_has) or 'none'})")
     without_torch = set(_files(work))
     if spec["torch"]:
         _say(f"4/4 {spec['torch']} and its requirements{' from ' + os.environ['TORCH_INDEX'] if torch_index else ''}")
@@ -235,7 +345,8 @@ def _fill(work, out, spec, interpreter, python, constraints):
     files = _files(work)
     torch_bytes = sum(v["bytes"] for k, v in files.items() if k not in without_torch)
     manifest = {**spec, "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "made_by": "scripts/install.sh --make-wheelhouse",
-                "requirements": {"fairseq": fairseq_reqs, "plugin": plugin_reqs}, "files": files}
+                "requirements": {"fairseq": fairseq_reqs, "plugin": plugin_reqs},
+                "left_out_node_has": node_has, "files": files}
     (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     work.rename(out)  # whole: a kill before this leaves DIR.partial (marked), which the next run starts again
     (out / PARTIAL).unlink()
@@ -277,5 +388,5 @@ def wheelhouse_check(folder):
 if __name__ == "__main__":
     # (run as a file: sys.path has scripts/, not the current folder and its fairseq_csan.egg-info)
     command, args = sys.argv[1], sys.argv[2:]
-    sys.exit({"probe": probe, "fairseq-deps": fairseq_deps, "pins": pins, "imports": imports,
+    sys.exit({"probe": probe, "fairseq-deps": fairseq_deps, "pins": pins, "imports": imports, "resolvable": resolvable,
               "make-wheelhouse": make_wheelhouse, "wheelhouse-check": wheelhouse_check}[command](*args))

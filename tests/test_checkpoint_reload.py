@@ -134,6 +134,11 @@ def test_a_warm_start_takes_the_shared_weights_and_says_so(saved, loaded, caplog
         variant_transformer._WARM_STARTS.pop()
     theirs = source.state_dict()
     for k, v in target.state_dict().items():
+        if k.endswith("embed_positions._float_tensor"):
+            # fairseq 0.12.2 keeps this placeholder of one uninitialised float in the state dict
+            # (it only carries a dtype and device, and fairseq's own upgrade replaces it on load)
+            assert v.shape == (1,) and v.dtype == own[k].dtype
+            continue
         if k == target.SETTINGS_KEY:
             assert torch.equal(v, own[k])  # the target's own settings, not the checkpoint's
         elif k in theirs:

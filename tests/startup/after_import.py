@@ -24,7 +24,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            setattr(module, self.name, self.wrap(getattr(module, self.name)))
+            if hasattr(module, self.name):  # an older release without it (torch 1.13: no _check_with) is left as it is
+                setattr(module, self.name, self.wrap(getattr(module, self.name)))
 
         spec.loader.exec_module = exec_module
         return spec
