@@ -35,7 +35,8 @@
 #   BPE_MERGES   joint BPE merge operations (default 2000 toy, 8000 for a CORPUS, as for Multi30k)
 #   MODEL_FLAGS  extra fairseq-train flags, appended last so they win
 #   TOY_ARGS     options for the toy corpus writer (default: "--train 20000 --valid 500 --test 500")
-#   FORCE=1      redo every step, replacing what WORK holds
+#   FORCE=1      redo every step, replacing what the kit wrote in WORK (a file of yours there is
+#                named and refused, never removed)
 #   DRY_RUN=1    print the commands each step would run, and exit (nothing is written)
 # A rerun skips what is done and redoes what was made from changed inputs (docs/recipes.md).
 set -euo pipefail
@@ -150,14 +151,13 @@ say "2/5 prepare: tokenise, clean, joint BPE (up to $BPE_MERGES merges), fairseq
 show "${PREPARE[@]}" --out "$DATA" --merges "$BPE_MERGES" "${FORCE_FLAG[@]}"
 
 say "3/5 train $ARCH for $MAX_UPDATE updates (a rerun resumes from $CKPT)"
-[ "$FORCE" = 1 ] && show rm -rf "$CKPT"
 HW=(--cpu-tiny)  # one CPU process, fp32
 [ "$DEVICE" = cuda ] && HW=(--gpus 1)
 SAVE_EVERY=$(( MAX_UPDATE / 8 > 2 ? MAX_UPDATE / 8 : 2 ))  # 8 checkpoints, for an average of 5
 # a small model: DIM wide, 4 heads, 3+3 layers; after --, fairseq-train flags that override train.sh's
 # shellcheck disable=SC2086
 show bash "$ROOT/scripts/train.sh" --data "$DATA" --arch "$ARCH" --save-dir "$CKPT" "${HW[@]}" \
-  --max-update "$MAX_UPDATE" -- \
+  --max-update "$MAX_UPDATE" "${FORCE_FLAG[@]}" -- \
   --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim "$DIM" --decoder-embed-dim "$DIM" \
   --encoder-ffn-embed-dim $((2 * DIM)) --decoder-ffn-embed-dim $((2 * DIM)) \
   --encoder-attention-heads 4 --decoder-attention-heads 4 "${LAYER_FLAGS[@]}" --dropout 0.1 \

@@ -161,14 +161,25 @@ def test_prepare_force_keeps_others_files_one_writer_and_long_tokens(tmp_path):
                      r"characters: 1\)", err), err
     assert max(len(line) for line in lines(out / "bpe/codes")) < 1000
     assert not (out / ".lock").exists()
-    # a file of the user's in a folder prepare writes: --force refuses, listing it, and changes nothing
-    write(out / "bpe/my_notes.txt", ["keep"])
-    before = snapshot(tmp_path)
-    done = prepare(raw, out, "--force")
-    assert done.returncode == 2 and f"holds files that prepare did not write, in the folders it writes " \
-        f"({out / 'bpe/my_notes.txt'})" in done.stderr
-    assert snapshot(tmp_path) == before
-    (out / "bpe/my_notes.txt").unlink()
+    # a file of the user's in a folder prepare writes (one a redone step would replace whole):
+    # a rerun refuses, --force or not, listing it, and changes nothing
+    for folder in ("bpe", "data-bin"):
+        write(out / folder / "my_notes.txt", ["keep"])
+        before = snapshot(tmp_path)
+        for force in ([], ["--force"]):
+            done = prepare(raw, out, *force)
+            assert done.returncode == 2 and f"holds files that prepare did not write, where it writes " \
+                f"({out / folder / 'my_notes.txt'})" in done.stderr
+            assert snapshot(tmp_path) == before
+        (out / folder / "my_notes.txt").unlink()
+    # a fresh --out holding another pipeline's data-bin and a tools.txt of the user's: refused, untouched
+    fresh = tmp_path / "fresh"
+    write(fresh / "data-bin/dict.en.txt", ["hello 1"])
+    write(fresh / "tools.txt", ["mine"])
+    before = snapshot(fresh)
+    done = prepare(raw, fresh)
+    assert done.returncode == 2 and "holds files that prepare did not write, where it writes" in done.stderr
+    assert str(fresh / "data-bin/dict.en.txt") in done.stderr and snapshot(fresh) == before
     codes = lines(out / "bpe/codes")
     redone = prepare(raw, out, "--force", check=True)
     assert "--force: removing what prepare wrote" in redone.stderr
@@ -302,14 +313,19 @@ def test_translate_checks_its_output_first_and_takes_one_writer(tree, tmp_path):
     write(other / "raw/x.en", ["a"])
     done = kit("translate", "--data", other, "--checkpoint", tree / "ev/averaged.pt", "--input", other / "raw/x.en",
                "--output", tmp_path / "x.de", "--cpu")
-    assert done.returncode != 0 and f"{tree / 'ev/averaged.pt'} was not trained on {other}" in done.stderr
+    # (its evaluation's record says what it was made from: other dictionaries than other's)
+    assert done.returncode != 0 and f"{tree / 'ev/averaged.pt'} was made from other data than {other}" in done.stderr
     assert "size mismatch" not in done.stderr
     # the same for an evaluation: named before fairseq-generate starts
     write(other / "tok/test.en", ["a"])
     write(other / "tok/test.de", ["a"])
     write(other / "raw/test.de", ["a"])
-    done = evaluate("--data", other, "--checkpoint", tree / "ev/averaged.pt", "--out", tmp_path / "ev", "--cpu")
-    assert done.returncode == 2 and f"{tree / 'ev/averaged.pt'} was not trained on {other}" in done.stderr
+    # a checkpoint that no record of the kit's speaks for (a copy elsewhere): its embedding sizes
+    loose = tmp_path / "loose" / "averaged.pt"
+    loose.parent.mkdir()
+    loose.write_bytes((tree / "ev/averaged.pt").read_bytes())
+    done = evaluate("--data", other, "--checkpoint", loose, "--out", tmp_path / "ev", "--cpu")
+    assert done.returncode == 2 and f"{loose} was not trained on {other}" in done.stderr
     assert not (tmp_path / "ev").exists()
 
 

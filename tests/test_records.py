@@ -91,3 +91,90 @@ def test_a_reader_finds_the_record_that_replaced_the_old_file_meanwhile(tmp_path
 
     monkeypatch.setattr(Path, "read_text", replaced_meanwhile)
     assert RUN.read_with_form(tmp_path) == (record, False)
+
+
+# ---- what a model is made from (records.made_from, lineage, check_made_from) -------------------
+
+def test_made_from_hashes_the_dictionaries_and_training_data_only(tmp_path):
+    import hashlib
+
+    from fairseq_csan.recipes.records import changed_since, made_from
+
+    for name in ("dict.en.txt", "dict.de.txt", "train.en-de.en.bin", "train.en-de.en.idx", "valid.en-de.de.bin",
+                 "test.en-de.en.bin", "preprocess.log"):
+        (tmp_path / name).write_text(name)
+    found = made_from(tmp_path)
+    assert sorted(found) == ["dict.de.txt", "dict.en.txt", "train.en-de.en.bin", "train.en-de.en.idx",
+                             "valid.en-de.de.bin"]  # the test set and the log are not what a model is made from
+    assert found["dict.en.txt"] == hashlib.sha256(b"dict.en.txt").hexdigest()
+    assert changed_since(found, made_from(tmp_path)) is None
+    (tmp_path / "dict.de.txt").write_text("w1 1\nw0 1\n")
+    assert changed_since(found, made_from(tmp_path)).startswith("dict.de.txt (sha256 ")
+    (tmp_path / "valid.en-de.de.bin").unlink()
+    assert "now)" in changed_since(found, made_from(tmp_path))
+
+
+def test_a_checkpoint_is_checked_against_what_its_record_says_it_was_made_from(tmp_path):
+    from fairseq_csan.recipes.records import EVALUATION, OtherData, check_made_from, made_from
+
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\nb 1\n")
+    run = tmp_path / "ck"
+    run.mkdir()
+    check_made_from(run / "checkpoint_last.pt", data, "TASK")  # no record of the kit's: not refused here
+    RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1, "made_from": made_from(data)})
+    check_made_from(run / "checkpoint_last.pt", data, "TASK")
+    (data / "dict.en.txt").write_text("b 1\na 1\n")  # prepared again: a dictionary of the same size
+    with pytest.raises(OtherData, match=r"checkpoint_last.pt was made from other data than TASK holds now: "
+                                        r"dict.en.txt \(sha256 \w{12} then, \w{12} now\), as .*run.json recorded it"):
+        check_made_from(run / "checkpoint_last.pt", data, "TASK")
+    RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1})  # an earlier version's record
+    with pytest.raises(OtherData, match="an earlier version of the kit wrote"):
+        check_made_from(run / "checkpoint_last.pt", data, "TASK")
+    ev = tmp_path / "ev"  # an evaluation's average carries its checkpoints' record on
+    ev.mkdir()
+    EVALUATION.write(ev, {"checkpoints": ["x"], "made_from": made_from(data)})
+    check_made_from(ev / "averaged.pt", data, "TASK")
+    EVALUATION.write(ev, {"checkpoints": ["x"], "made_from": None})  # of checkpoints no record spoke for
+    check_made_from(ev / "averaged.pt", data, "TASK")
+
+
+@pytest.mark.slow
+def test_a_task_prepared_again_is_refused_by_resume_evaluation_export_and_translation(tree, tmp_path):
+    """The En-De tree's task prepared again with a dictionary of the same size (two entries
+    swapped): the run's resume, the evaluation of its checkpoints, the export of its average
+    and a translation with its checkpoint are each refused in one line naming the file; the same
+    commands on the task as it was go through (the tree fixture ran them)."""
+    import shutil
+
+    from recipe_helpers import recipe_main, train_main
+
+    task, ck, ev = tmp_path / "task", tmp_path / "ck", tmp_path / "ev"
+    for name, copy in (("task", task), ("ck", ck), ("ev", ev)):
+        shutil.copytree(tree / name, copy)
+    dictionaries = sorted((task / "data-bin").glob("dict.*.txt"))
+    for path in dictionaries:
+        rows = path.read_text(encoding="utf-8").splitlines(True)
+        rows[0], rows[1] = rows[1], rows[0]
+        path.write_text("".join(rows), encoding="utf-8")
+    name = dictionaries[0].name
+    before = {p.name: p.read_bytes() for p in ck.iterdir()}
+
+    resumed = train_main("--data", task, "--arch", "transformer_csan2d", "--save-dir", ck, "--cpu-tiny", check=False)
+    assert resumed.returncode == 2 and "holds a run made from other data than" in resumed.stderr
+    assert f"{name} (sha256 " in resumed.stderr and "the task was prepared again" in resumed.stderr
+    assert {p.name: p.read_bytes() for p in ck.iterdir() if p.name != "train.lock"} == \
+        {k: v for k, v in before.items() if k != "train.lock"}  # nothing resumed, nothing rewritten
+    evaluated = recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--out", tmp_path / "ev2", "--last", 2,
+                            "--cpu")
+    assert evaluated.returncode != 0 and "was made from other data than" in evaluated.stderr
+    assert f"{name} (sha256 " in evaluated.stderr and not (tmp_path / "ev2" / "results.json").exists()
+    exported = recipe_main("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", tmp_path / "model")
+    assert exported.returncode != 0 and "averaged.pt was made from other data than" in exported.stderr
+    assert "evaluation.json recorded it" in exported.stderr and not (tmp_path / "model").exists()
+    (tmp_path / "mine.en").write_text("a man .\n")
+    translated = recipe_main("translate", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--input",
+                             tmp_path / "mine.en", "--output", tmp_path / "mine.de", "--cpu")
+    assert translated.returncode != 0 and "was made from other data than" in translated.stderr
+    assert not (tmp_path / "mine.de").exists()

@@ -167,7 +167,7 @@ def test_fairseq_arguments_from_the_options_layout_data_and_hyper_parameters():
         "torchrun --standalone --nproc_per_node 2 -m fairseq_csan.train /bin ")
     tiny = " ".join(command("--cpu-tiny", "--max-update", "8"))
     assert "--cpu --num-workers 0 " in tiny and "--save-interval-updates 2 " in tiny and "--update-freq" not in tiny
-    assert command("--", "--seed", "7")[-2:] == ["--seed", "7"] and command("--", "--seed", "7").count("--seed") == 1
+    assert command("--", "--lr", "7")[-2:] == ["--lr", "7"] and command("--", "--lr", "7").count("--lr") == 1
     with pytest.raises(kit.Refused, match="^--share all needs one joined dictionary"):
         command("--share", "all", data=two)
 
@@ -792,3 +792,40 @@ def test_every_option_changes_the_command_or_is_refused(fake_data, tmp_path, con
             assert refused and "\n" not in refused, (option, refused)
         else:
             assert changed != baseline, f"{' '.join(option)} with {' '.join(context)} is accepted and changes nothing"
+
+
+@pytest.mark.parametrize("flag", ["--save-dir", "--save-dir=elsewhere", "--arch", "--seed", "--user-dir"])
+def test_a_flag_the_kit_owns_is_refused_after_the_double_dash(flag, tmp_path):
+    """The run's lock and record follow train.sh's --save-dir, --arch and --seed: given again
+    after --, fairseq-train would write where no lock or record is (checkpoints in B, the
+    record in the first folder)."""
+    done = train_main("--data", fake_task(tmp_path), "--arch", "transformer", "--save-dir", tmp_path / "s", "--dry-run",
+                      "--", flag, *([] if "=" in flag else ["x"]), check=False)
+    name = flag.split("=")[0]
+    assert done.returncode == 2 and f"{name} after -- would override the kit's own" in done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_force_removes_only_what_a_training_wrote(tmp_path):
+    """train.sh --force starts a run again: the files a training of the kit wrote go (its
+    checkpoints, logs and record), the lock it holds stays; a folder with a file of the user's,
+    or without the kit's run record, is refused with nothing removed."""
+    save = tmp_path / "save"
+    save.mkdir()
+    ours = ["checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_1_4.pt", "train.log", "train.node1.log",
+            "train_command.sh"]
+    for name in ours:
+        (save / name).write_text(name)
+    lock = save / "train.lock"
+    lock.write_text("held")
+    with pytest.raises(kit.Refused, match="holds no run record of the kit's"):
+        kit.start_over(save, lock)
+    kit.RUN.write(save, {"arch": "transformer", "data": "d", "seed": 1})
+    (save / "notes.txt").write_text("a user's notes")
+    with pytest.raises(kit.Refused, match=r"holds what a training did not write \(notes.txt\)"):
+        kit.start_over(save, lock)
+    assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", "train.lock"])
+    (save / "notes.txt").unlink()
+    assert kit.start_over(save, lock) == [f"--force: removed 7 file(s) of the earlier run in {save} (checkpoints, log, record)"]
+    assert [p.name for p in save.iterdir()] == ["train.lock"]
+    assert kit.start_over(save, lock) == []  # nothing left to remove

@@ -23,7 +23,7 @@ from pathlib import Path
 from . import decoding
 from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
 from .ownership import Refusal, WriterLock, listing, refuse_overlaps
-from .records import EVALUATION, RUN, Damaged
+from .records import EVALUATION, RUN, Damaged, lineage
 from .steps import Step, make, shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
@@ -294,9 +294,13 @@ def main(argv=None) -> None:
         if not args.force:
             die(f"{e}; use --force to redo the evaluation, or another --out")
         held, old_form = {}, False  # redone, as an evaluation of other settings
+    # what the checkpoints were made from, as their record says (model_settings refused a task
+    # prepared again since): the average written here carries it on, to export and translate.py
+    found = lineage(inputs[-1])
     identity = EVALUATION.typed(dict(
         checkpoints=[str(p.resolve()) for p in inputs], averaged=not args.checkpoint, subset=args.subset,
-        beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size, decoding=" ".join(hw) or "gpu fp32"))
+        beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size, decoding=" ".join(hw) or "gpu fp32",
+        made_from=found[1] if found else None))
     compared = dict(identity, lenpen=float(f"{args.lenpen:g}")) if old_form else identity  # evaluation.env kept :g
     if held is not None and held != compared:
         if not args.force:

@@ -61,9 +61,17 @@ def load_state(checkpoint: Path, overrides: dict) -> dict:
 
 
 def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> None:
-    """The checkpoint's embedding tables must have the sizes of the task's dictionaries."""
+    """The checkpoint must be made from the task's data as it is now, where the kit's record of
+    it says (records.check_made_from: the dictionaries' and training data's SHA-256), and its
+    embedding tables must have the sizes of the task's dictionaries."""
     from fairseq.data import Dictionary
 
+    from .records import Damaged, OtherData, check_made_from
+
+    try:
+        check_made_from(checkpoint, task.data_bin, str(task.root))
+    except (OtherData, Damaged) as error:
+        raise ExportError(str(error)) from None
     weights = state["model"]
     for side, lang in (("encoder", task.src), ("decoder", task.tgt)):
         table = weights.get(f"{side}.embed_tokens.weight")
@@ -92,7 +100,10 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     for lang in (task.src, task.tgt):
         shutil.copyfile(task.data_bin / f"dict.{lang}.txt", folder / f"dict.{lang}.txt")
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")
+    from .records import made_from
+
     about = {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
+             "made_from": made_from(task.data_bin),  # the task's dictionaries and training data it was checked against
              "tokenizer": TOKENIZER, "bpe": "subword_nmt", **decoding.generation_overrides(),
              "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}}
     (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")

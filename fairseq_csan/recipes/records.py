@@ -18,10 +18,11 @@ next write of the record replaces them. (A finished Multi30k run of before also 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from .ownership import write_atomically
 
@@ -134,12 +135,13 @@ class Kind:
 
 TASK = Kind("task", "task.json", {
     "task": "text", "src": "text", "tgt": "text", "merges": "int", "joint_bpe": "flag", "clean_max_len": "int",
-    "clean_ratio": "float", "tests": "list", "tokenizer_src": "text", "tokenizer_tgt": "text"}, old="recipe.env")
+    "clean_ratio": "float", "tests": "list", "tokenizer_src": "text", "tokenizer_tgt": "text",
+    "warnings": "json"}, old="recipe.env")
 RUN = Kind("run", "run.json", {"arch": "text", "data": "text", "size": "text", "seed": "int", "share": "text",
-                               "tiny": "flag"}, old="run.env")
+                               "tiny": "flag", "made_from": "json"}, old="run.env")
 EVALUATION = Kind("evaluation", "evaluation.json", {
     "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
-    "decoding": "text"}, old="evaluation.env", old_names={"checkpoint": "checkpoints"})
+    "decoding": "text", "made_from": "json"}, old="evaluation.env", old_names={"checkpoint": "checkpoints"})
 SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"}, old="sweep.env")
 # open: a setting an earlier version kept (its "jobs") is read, and compares as other settings
 REPRODUCTION = Kind("reproduction", "settings.json", {
@@ -147,3 +149,74 @@ REPRODUCTION = Kind("reproduction", "settings.json", {
     open_fields=True)
 TIMING = Kind("timing", "timing.json", {"train_s": "float", "total_s": "float"}, open_fields=True)
 KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING)
+
+
+# ------------------------------------------------------------------ what a model is made from
+
+def made_from(binary) -> Dict[str, str]:
+    """The SHA-256 of each file of a task's binarised folder that a model is made from: the
+    dictionaries and the training and validation data (fairseq-preprocess's ``dict.*.txt`` and
+    ``train.*``/``valid.*`` ``.bin``/``.idx``). A run records it (RUN's ``made_from``), and so does
+    an evaluation for the average it writes (EVALUATION's): a task prepared again, with a new
+    dictionary of the same size or other training data, no longer matches."""
+    found = {}
+    for path in sorted(Path(binary).iterdir()):
+        name = path.name
+        if path.is_file() and ((name.startswith("dict.") and name.endswith(".txt"))
+                               or (name.startswith(("train.", "valid.")) and name.endswith((".bin", ".idx")))):
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            found[name] = digest.hexdigest()
+    return found
+
+
+def changed_since(then: Dict[str, str], now: Dict[str, str]) -> Optional[str]:
+    """None where ``then`` and ``now`` (``made_from`` values) are the same files; else the first
+    that differs, with both hashes, for a one-line refusal."""
+    for name in sorted(set(then) | set(now)):
+        if then.get(name) != now.get(name):
+            def short(digest):
+                return digest[:12] if digest else "absent"
+            return f"{name} (sha256 {short(then.get(name))} then, {short(now.get(name))} now)"
+    return None
+
+
+class OtherData(Exception):
+    """A checkpoint made from other data than the task it is used with; the message says which file."""
+
+
+def lineage(checkpoint) -> Optional[Tuple[Path, Optional[dict]]]:
+    """(the record, what it says the checkpoint was made from) for a checkpoint in a folder this
+    kit wrote: a training's save folder (run.json) or an evaluation's (evaluation.json, for its
+    averaged.pt); None for a checkpoint no record of the kit's speaks for (fairseq-train's own).
+    A record of an earlier version of the kit, which did not say, gives (record, None)."""
+    folder = Path(checkpoint).parent
+    for kind in (RUN, EVALUATION):
+        record = kind.read(folder)
+        if record is not None:
+            shown = kind.path(folder) if kind.path(folder).is_file() else folder / kind.old
+            return shown, record.get("made_from", "earlier")
+    return None
+
+
+def check_made_from(checkpoint, binary, task_name) -> None:
+    """Refuse (OtherData, one line naming both) a checkpoint whose record says it was made from
+    other files than ``binary`` holds now: a task prepared again since (a new dictionary of the
+    same size, other training data), or another task. A checkpoint without a record of the kit's
+    passes (its embedding sizes are still checked against the dictionaries)."""
+    found = lineage(checkpoint)
+    if found is None:
+        return
+    record, then = found
+    if then == "earlier":
+        raise OtherData(f"{checkpoint} comes from a folder that an earlier version of the kit wrote ({record} does "
+                        "not say which data it was made from): train (or evaluate) it again with this version")
+    if then is None:  # an evaluation of checkpoints that no record spoke for: as unknown as they were
+        return
+    changed = changed_since(then, made_from(binary))
+    if changed:
+        raise OtherData(f"{checkpoint} was made from other data than {task_name} holds now: {changed}, as "
+                        f"{record} recorded it; the task was prepared again or is another one. Give the task "
+                        "folder it was trained on, or train again")

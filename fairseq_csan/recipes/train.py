@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from .records import RUN, TASK
+from .records import RUN, TASK, changed_since, made_from
 from .records import Damaged as DamagedRecord
 from .steps import shell_words
 from .task import NotATask, PreparedTask
@@ -86,11 +86,16 @@ usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIR
                     logging extra, which scripts/install.sh installs)
   --wandb PROJECT   log to Weights & Biases (fairseq's --wandb-project; pip install wandb first)
   --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
+  --force           start the run in --save-dir again from nothing: the files a training of
+                    the kit wrote there (checkpoints, logs, run.json) are removed first; a
+                    folder holding any other file is refused, and so is one in use
   --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
                     (default 16), a checkpoint every max-update/8 updates, at least 2 (8
                     checkpoints when max-update >= 16, enough for evaluate.sh's default average
                     of 5), fp32 (or --precision bf16); for tests and first tries
-Arguments after -- go to fairseq-train unchanged and override the ones above.
+Arguments after -- go to fairseq-train unchanged and override the ones above, but for
+--save-dir, --arch, --seed and --user-dir, which the run's lock and record follow: give
+train.sh's own.
 """
 
 # option -> (attribute, what its value is, for "--X needs ...")
@@ -170,7 +175,7 @@ def parse(argv: List[str]) -> argparse.Namespace:
         if argv[i] in ("-h", "--help"):
             print(USAGE, end="")
             raise SystemExit(0)
-        if argv[i] not in (*VALUED, "--dry-run", "--cpu-tiny") and argv[i].split("=", 1)[0] not in VALUED:
+        if argv[i] not in (*VALUED, "--dry-run", "--cpu-tiny", "--force") and argv[i].split("=", 1)[0] not in VALUED:
             print(USAGE, end="", file=sys.stderr)
             raise Refused(f"unknown argument '{argv[i]}' (fairseq-train arguments go after --)")
         words.append(argv[i])
@@ -180,6 +185,7 @@ def parse(argv: List[str]) -> argparse.Namespace:
         parser.add_argument(flag, dest=dest, type=_value(flag, what), default=DEFAULTS.get(dest))
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--cpu-tiny", dest="tiny", action="store_true")
+    parser.add_argument("--force", action="store_true")
     opts = parser.parse_args(words)
     opts.extra = extra
     return opts
@@ -254,8 +260,19 @@ def read_data(data: str) -> Data:
 # Pure functions: the options (and, for the layout, how many GPUs this machine has) in, a
 # value or a Refused naming the option out; build() reads the files and puts them together.
 
+# fairseq-train flags the kit sets from its own options, which its lock and run record follow:
+# not to be given again after -- (the checkpoints would go where no lock or record is)
+OWNED_AFTER_DASHES = {"--save-dir": "--save-dir DIR", "--arch": "--arch ARCH", "--seed": "--seed N",
+                      "--user-dir": "nothing (the kit gives the plugin's own)"}
+
+
 def check_options(o) -> None:
     """What the options alone must satisfy: the required ones, and those that exclude each other."""
+    for word in o.extra:
+        flag = word.split("=", 1)[0]
+        if flag in OWNED_AFTER_DASHES:
+            raise Refused(f"{flag} after -- would override the kit's own, which the run's lock and record follow: "
+                          f"give train.sh {OWNED_AFTER_DASHES[flag]} instead")
     for flag, dest in (("--data", "data"), ("--arch", "arch"), ("--save-dir", "save")):
         if not getattr(o, dest):
             raise Refused(f"{flag} is required")
@@ -514,16 +531,51 @@ def note_holder(fd: int, trainer_pid: Optional[int]) -> None:
 
 
 def write_identity(save: Path, identity: dict) -> None:
-    """The run record of ``save`` (records.RUN); a folder that holds another run is refused."""
+    """The run record of ``save`` (records.RUN), with what the run is made from (the task's
+    dictionaries and training data, records.made_from); a folder that holds another run, or this
+    run made from other data (the task prepared again since), is refused."""
     try:
         held = RUN.read(save)
     except DamagedRecord as e:
         raise Refused(f"{e}; give a new --save-dir")
+    identity = dict(identity, made_from=made_from(identity["data"]))
+    if held is not None and "made_from" not in held:
+        raise Refused(f"{save} holds a run that an earlier version of the kit started ({RUN.path(save).name} does not "
+                      "say which data it was made from): give a new --save-dir, or --force to start it again")
+    changed = held is not None and changed_since(held["made_from"], identity["made_from"])
+    if changed:
+        raise Refused(f"{save} holds a run made from other data than {identity['data']} holds now: {changed}; the "
+                      "task was prepared again. Give a new --save-dir, or --force to start this run again on it")
     if held is not None and held != identity:
         shown = RUN.path(save) if RUN.path(save).is_file() else save / RUN.old
         raise Refused(f"{save} holds another run (see {shown}); give a new --save-dir")
     # every machine of a multi-node run writes it, into a save folder they may share
     RUN.write(save, identity)
+
+
+# what a training of the kit writes into its save folder: fairseq-train's checkpoints, the kit's
+# log, lock, record and command list (train.nodeN.*: the other machines of a multi-node run)
+TRAINING_WRITES = re.compile(r"checkpoint[\w.-]*\.pt|train(\.node\d+)?\.(log|lock)|run\.json|run\.env|train_command\.sh")
+
+
+def start_over(save: Path, own_lock: Path) -> List[str]:
+    """--force: remove what a training of the kit wrote into ``save`` (TRAINING_WRITES) but the
+    lock this process holds; a folder with any other file, or without the kit's run record, is
+    refused before anything is removed."""
+    files = [p for p in save.iterdir() if p != own_lock]
+    if not files:
+        return []
+    theirs = [p for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
+    if theirs:
+        shown = ", ".join(p.name for p in sorted(theirs)[:5]) + (" ..." if len(theirs) > 5 else "")
+        raise Refused(f"--force would start {save} again, but it holds what a training did not write ({shown}); "
+                      "move those away or give another --save-dir (nothing was removed)")
+    if not RUN.exists(save):
+        raise Refused(f"--force would start {save} again, but it holds no run record of the kit's (run.json), so its "
+                      "checkpoints are not a training's of this kit: give another --save-dir (nothing was removed)")
+    for path in files:
+        path.unlink()
+    return [f"--force: removed {len(files)} file(s) of the earlier run in {save} (checkpoints, log, record)"]
 
 
 class Damaged(Exception):
@@ -665,7 +717,14 @@ def run(plan: dict) -> int:
     save.mkdir(parents=True, exist_ok=True)
     lock = take_lock(plan["lock"])
     note_holder(lock, None)
-    write_identity(save, plan["identity"])
+    try:
+        if plan.get("force") and plan["rank0"]:
+            for message in start_over(save, plan["lock"]):
+                log(message)
+        write_identity(save, plan["identity"])
+    except Refused:
+        os.close(lock)  # as the end of this process would (a caller's in-process main too)
+        raise
     if plan["rank0"]:  # rank 0 reads the checkpoint and sends it to the others
         for message in repair_checkpoints(save):
             log(message)
@@ -750,7 +809,7 @@ def main(argv=None) -> None:
     try:
         opts = parse(argv)
         plan = build(opts)
-        plan["save_given"] = opts.save
+        plan["save_given"], plan["force"] = opts.save, opts.force
         for warning in plan["warnings"]:
             log(warning)
         if opts.dry_run:
