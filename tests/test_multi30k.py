@@ -234,3 +234,52 @@ def test_the_settings_of_an_earlier_version_are_other_settings(tmp_path, monkeyp
     monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
     with pytest.raises(SystemExit, match="holds runs with other settings"):
         module.main(["--raw-dir", str(raw), "--out", str(out)])
+
+
+def test_a_failed_run_ends_the_reproduction_and_stops_the_others(tmp_path, monkeypatch):
+    """One run fails while another runs and a third waits: the command ends with the failure at
+    once, the running run's child is stopped (SIGTERM) and the waiting run never starts (before,
+    the cancelled waiting run never came out of as_completed, and the command hung for good)."""
+    import time
+    from types import SimpleNamespace
+
+    m30k = load()
+    started, children = [], []
+
+    def main_run(args, data, system, seed, env, sharing):
+        started.append(system)
+        if system == "bad":
+            time.sleep(0.5)  # the slow run has started its child by now
+            raise m30k.Failed("bad seed 1: fairseq-train ... failed")
+        m30k.call(["sleep", "60"], tmp_path / f"{system}.log", env)  # stopped by the failure
+        children.append(system)
+        return tmp_path, None
+
+    monkeypatch.setattr(m30k, "main_run", main_run)
+    args = SimpleNamespace(seeds=[1], systems=["slow", "bad", "waiting"], windows=[], heads=[], jobs=2, max_update=2)
+    began = time.monotonic()
+    with pytest.raises(SystemExit, match="bad seed 1: fairseq-train ... failed"):
+        m30k.run_all(args, None)
+    assert time.monotonic() - began < 30  # not the 60 s of the slow run's child
+    # (the waiting run may have been taken up by the failed run's thread just before the stop)
+    assert set(started[:2]) == {"slow", "bad"} and not children and not m30k.RUNNING
+
+
+def test_an_out_holding_files_the_reproduction_did_not_write_is_refused(tmp_path):
+    """A user's settings.json that is not the reproduction's record, or a folder of the user's
+    files without one: refused before anything is written, and the user's files are as they were."""
+    raw = tmp_path / "raw"
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            write(raw / f"{split}.{lang}", ["a"])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "settings.json").write_text("my own settings\n")
+    done = recipe_main("multi30k", "--raw-dir", raw, "--out", out)
+    assert done.returncode != 0 and "settings.json is not a reproduction record" in done.stderr
+    assert (out / "settings.json").read_text() == "my own settings\n"
+    (out / "settings.json").unlink()
+    (out / "notes.md").write_text("mine\n")
+    done = recipe_main("multi30k", "--raw-dir", raw, "--out", out)
+    assert done.returncode != 0 and "holds files the reproduction did not write" in done.stderr
+    assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["notes.md"]

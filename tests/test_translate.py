@@ -1,6 +1,7 @@
 """fairseq_csan.recipes.translate: raw text -> translations through the hub interface, line for
 line whatever the input holds (odd line breaks, a BOM, empty lines, over-long lines, stdin)."""
 
+import os
 import subprocess
 import sys
 
@@ -196,3 +197,20 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
     walk_options(plan_of(["--model", tree / "model"]), options)
     walk_options(plan_of(["--data", tree / "task", "--checkpoint", tree / "ev/averaged.pt"]),
                  [o for o in options if o[0] not in ("--data", "--model")] + [["--model", tree / "model"]])
+
+
+def test_an_output_that_is_the_input_is_refused_even_with_force(tmp_path):
+    """--output X.de beside an input X.de.tok (its tokenised file would be the input), or an
+    --output that is the input under another name (a hard link): refused, --force or not, and
+    the input is as it was."""
+    source = tmp_path / "x.de.tok"
+    source.write_text("ein Satz .\n", encoding="utf-8")
+    linked = tmp_path / "linked.de"
+    os.link(source, linked)
+    for output, what in ((tmp_path / "x.de", "the tokenised output beside --output"), (linked, "--output")):
+        for force in ([], ["--force"]):
+            done = in_process(translate.main, [*fake_model(tmp_path), "--input", source, "--output", output, *force],
+                              check=False)
+            assert done.returncode == 2 and f"{what} " in done.stderr and "is the input --input" in done.stderr
+            assert "--force" not in done.stderr.splitlines()[-1]
+    assert source.read_text(encoding="utf-8") == "ein Satz .\n"

@@ -365,8 +365,14 @@ def main(argv=None) -> None:
         die(problem)
     if not args.rehearse and "benchmark" in args.only and "bf16" in args.precisions and not torch.cuda.is_bf16_supported():
         die("--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16")
-    from .ownership import Refusal, WriterLock
+    from .ownership import Refusal, WriterLock, listing
 
+    if args.out.exists() and not args.out.is_dir():
+        die(f"--out {args.out} is a file: give a folder")
+    theirs = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
+    if theirs and not (args.out / ".steps").is_dir():  # a folder gpu_check never wrote: its summary.md, ... are someone's
+        die(f"--out {args.out} holds files gpu_check did not write ({listing(theirs)}); give a new or empty folder "
+            "(nothing was changed)")
     try:
         lock = WriterLock(args.out, folder=True, what="gpu_check").acquire()  # noqa: F841  (held to the end)
     except Refusal as error:

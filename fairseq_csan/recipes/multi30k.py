@@ -33,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -168,10 +169,25 @@ class Failed(Exception):
     pass
 
 
+RUNNING = set()  # the children of the runs under way, to stop when one run fails (run_all)
+STOPPING = threading.Event()
+_STARTING = threading.Lock()  # a child starts, or the runs are stopped: never both at once
+
+
 def call(command, log_path, env):
     with open(log_path, "a", encoding="utf-8") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0:
+        with _STARTING:
+            if STOPPING.is_set():  # another run failed: start nothing more
+                raise Failed("stopped: another run failed")
+            child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            RUNNING.add(child)
+        try:
+            returncode = child.wait()
+        finally:
+            RUNNING.discard(child)
+    if STOPPING.is_set():
+        raise Failed("stopped: another run failed")
+    if returncode != 0:
         tail = "".join(Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines(True)[-15:])
         raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
 
@@ -222,6 +238,24 @@ def sweep_run(args, data, kind, value, env):
     return folder / name, time.time() - started
 
 
+def stop_the_others(futures, signal_children=True):
+    """After a run failed: the runs not started are cancelled, one by one, so that they still
+    come out of ``as_completed`` (``shutdown(cancel_futures=True)`` would cancel them without,
+    and the wait for them would never end), and the running ones' children get SIGTERM (train.py
+    passes it on to the trainer, which stops), so that the command ends with the failure."""
+    with _STARTING:
+        STOPPING.set()
+        running = list(RUNNING)
+    for future in futures:
+        future.cancel()
+    if signal_children:
+        for child in running:
+            try:
+                child.terminate()
+            except OSError:
+                pass
+
+
 def run_all(args, data):
     jobs = [("main", system, seed) for seed in args.seeds for system in args.systems]
     jobs += [("window", None, m) for m in args.windows] + [("heads", None, n) for n in args.heads]
@@ -238,6 +272,7 @@ def run_all(args, data):
         return sweep_run(args, data, kind, value, env)
 
     started, finished, failures = time.time(), 0, []
+    STOPPING.clear()
     pool = concurrent.futures.ThreadPoolExecutor(workers)
     futures = {pool.submit(work, job): job for job in jobs}
     try:
@@ -250,9 +285,12 @@ def run_all(args, data):
             try:
                 folder, seconds = future.result()
             except Failed as error:
+                if STOPPING.is_set() and str(error).startswith("stopped:"):
+                    log(f"{finished}/{len(jobs)} {label}: stopped")
+                    continue
                 failures.append(str(error))
-                log(f"{finished}/{len(jobs)} {label}: FAILED")
-                pool.shutdown(wait=False, cancel_futures=True)
+                log(f"{finished}/{len(jobs)} {label}: FAILED; the other runs are stopped")
+                stop_the_others(futures)
                 continue
             if seconds is None:
                 log(f"{finished}/{len(jobs)} {label}: finished before; kept ({folder})")
@@ -264,7 +302,7 @@ def run_all(args, data):
     except BaseException:
         # Ctrl-C or an unexpected error: start nothing more (the running children get the
         # same Ctrl-C from the terminal)
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop_the_others(futures, signal_children=False)
         raise
     pool.shutdown()
     if failures:
@@ -471,10 +509,14 @@ def main(argv=None):
     holds_runs = any((args.out / "runs").glob("*/seed*")) or any((args.out / "sweep").glob("*"))
     try:
         before = REPRODUCTION.read(args.out)
-    except Damaged as error:
-        if holds_runs:
-            raise SystemExit(f"multi30k: {error}; give another --out") from None
-        before = None  # no run was made with it: replaced below
+    except Damaged as error:  # a settings.json of someone else's, or one cut short: not replaced
+        raise SystemExit(f"multi30k: {error}; give another --out (nothing was changed)") from None
+    theirs = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
+    if before is None and theirs:  # a folder the reproduction never wrote: its files are someone's
+        from .ownership import listing
+
+        raise SystemExit(f"multi30k: --out {args.out} holds files the reproduction did not write ({listing(theirs)}); "
+                         "give a new or empty folder (nothing was changed)")
     if before is not None and holds_runs and before != REPRODUCTION.typed(settings):
         raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {REPRODUCTION.path(args.out)}); "
                          "give another --out")

@@ -225,16 +225,21 @@ def main(argv=None):
 
     from .ownership import Refusal, WriterLock, check_writable
 
+    def is_input(path):  # the input itself, by a link or another name (a hard link) too
+        return not stdin and (path.resolve() == args.input.resolve()
+                              or (path.exists() and os.path.samefile(path, args.input)))
+
     def outputs(output):
-        if not stdin and output.resolve() == args.input.resolve():
-            parser.error(f"--output {output} is the input; give another --output")
+        tok_output = output.with_name(output.name + ".tok")
+        for path, what in ((output, "--output"), (tok_output, "the tokenised output beside --output")):
+            if is_input(path):  # with --force too: the input would be lost
+                parser.error(f"{what} {path} is the input --input {args.input}; give another --output")
         for source, flag in ((args.model, "--model"), (args.checkpoint, "--checkpoint")):
             if source is not None and (output.resolve() == source.resolve() or source.resolve() in output.resolve().parents):
                 parser.error(f"--output {output} is or lies inside {flag} {source}; give an --output elsewhere")
         if args.data and args.data.resolve() in output.resolve().parents:
             parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
                          "(its references among them); give an --output elsewhere")
-        tok_output = output.with_name(output.name + ".tok")
         try:
             for path in (output, tok_output):
                 check_writable(path, "--output")
