@@ -313,6 +313,7 @@ def prepare_planner(monkeypatch, capsys, root, base):
             for path in stp.outputs:  # what the next steps read
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
+            stp.record()  # the step's stamp, as make leaves it: what prepare wrote, for its next run
 
         monkeypatch.setattr(preparer, "make", step)
         monkeypatch.setattr(preparer, "run", step)

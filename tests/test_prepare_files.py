@@ -202,3 +202,26 @@ def test_a_second_test_set_is_evaluated_on_its_own(tmp_path):
     assert refused.returncode == 2 and "is an evaluation of test1; evaluate the baseline on --subset test" in refused.stderr
     refused = in_process(evaluate.main, [*options, "--out", tmp_path / "ev2", "--subset", "test2"], check=False)
     assert refused.returncode == 2 and "--subset test2: " in refused.stderr and "valid, test, test1" in refused.stderr
+
+
+def test_a_test_set_inside_the_training_set_is_said_and_recorded(tmp_path):
+    """prepare.suspicious: one file given for two splits, and a test set whose pairs are training
+    pairs too, are said in the log and kept in task.json ("warnings"); a corpus without either
+    records none."""
+    raw = own_files("multi30k_en_fr", tmp_path / "raw", n_train=120, n_eval=8)
+    clean = run([*PREPARE, "files", "--src", "en", "--tgt", "fr", "--train", raw / "train", "--valid", raw / "valid",
+                 "--test", raw / "test", "--out", tmp_path / "clean", "--merges", 50, "--workers", 1])
+    assert "warning:" not in clean.stderr
+    assert json.loads((tmp_path / "clean/task.json").read_text())["warnings"] == []
+    done = run([*PREPARE, "files", "--src", "en", "--tgt", "fr", "--train", raw / "train", "--valid", raw / "valid",
+                "--test", raw / "train", "--out", tmp_path / "out", "--merges", 50, "--workers", 1])
+    pairs = len(set(zip(lines(raw / "train.en"), lines(raw / "train.fr"))))
+    said = [line for line in done.stderr.splitlines() if "warning:" in line]
+    assert any(f"one file, {raw / 'train.en'}, is given for train.en and test.en" in line for line in said), said
+    assert any(f"{pairs} of the {pairs} distinct test pairs are training pairs too: the test set lies inside the "
+               "training set" in line for line in said), said
+    recorded = json.loads((tmp_path / "out/task.json").read_text())["warnings"]
+    assert len(recorded) == 3 and all(any(r in line for line in said) for r in recorded)
+    again = run([*PREPARE, "files", "--src", "en", "--tgt", "fr", "--train", raw / "train", "--valid", raw / "valid",
+                 "--test", raw / "train", "--out", tmp_path / "out", "--merges", 50, "--workers", 1])
+    assert "up to date; skipped" in again.stderr and "lies inside the training set" in again.stderr  # said again

@@ -31,10 +31,11 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import List
 
 from . import corpora, text
-from .ownership import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps
-from .steps import Step, call, make, run
+from .ownership import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps, write_atomically
+from .steps import Step, call, make, recorded_outputs, run
 from .records import TASK
 from .task import NotATask, PreparedTask
 
@@ -43,6 +44,39 @@ OWNED_FOLDERS = ("raw", "tok", "bpe", "data-bin", ".steps")  # what prepare writ
 
 
 TOKENIZER_PACKAGE = {"zh": "jieba", "ja": "fugashi"}  # the rest: sacremoses (text.py)
+
+
+def suspicious(task, splits, src, tgt, located) -> List[str]:
+    """What looks like a mistake in the gathered corpora, one sentence each: one file given for two
+    splits, and a validation or test set whose pairs are training pairs too (all of them: the set
+    lies inside the training set). The training files are read once, as bytes; only the other
+    splits' pairs are held in memory."""
+    notes, uses = [], {}
+    for split in splits:
+        for _, files in located[split]:
+            for lang, path in files.items():
+                uses.setdefault(os.path.realpath(path), []).append(f"{split}.{lang}")
+    for path, where in sorted(uses.items()):
+        if len({use.split(".")[0] for use in where}) > 1:
+            notes.append(f"one file, {path}, is given for {' and '.join(where)}")
+    held = {}  # (source line, target line) -> the splits that hold the pair
+    for split in splits:
+        if split != "train":
+            with open(task.raw(split, src), "rb") as a, open(task.raw(split, tgt), "rb") as b:
+                for pair in zip(a, b):
+                    held.setdefault(pair, set()).add(split)
+    found = {}
+    with open(task.raw("train", src), "rb") as a, open(task.raw("train", tgt), "rb") as b:
+        for pair in zip(a, b):
+            for split in held.get(pair, ()):
+                found.setdefault(split, set()).add(pair)
+    for split in splits:
+        if found.get(split):
+            total = sum(1 for splits_of in held.values() if split in splits_of)
+            inside = f": the {split} set lies inside the training set" if len(found[split]) == total else ""
+            notes.append(f"{len(found[split])} of the {total} distinct {split} pairs are training pairs too{inside}; "
+                         "scores on it would overstate the model")
+    return notes
 
 
 def owned_files(out: Path, src: str, tgt: str, splits=SPLITS):
@@ -240,36 +274,53 @@ def main(argv=None) -> None:
         refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
     except Refusal as e:
         die(str(e))
-    foreign = [f for f in foreign_files(out, owned_files(out, src, tgt, splits))
-               if f.relative_to(out).parts[0] in OWNED_FOLDERS]
-    if foreign and (args.force or not TASK.exists(out)):
-        die(f"{out} holds files that prepare did not write, in the folders it writes ({listing(foreign)}); "
-            "move them out of the way (nothing was changed)")
+    # what prepare wrote here is what its step stamps record (and its task record with tools.txt):
+    # any other file in the folders it writes, or a tools.txt of a folder it never prepared, is
+    # someone else's, and is refused, --force or not (a step that is redone replaces its folder)
+    mine = [*recorded_outputs(out / ".steps"), out / ".steps"]
+    if TASK.exists(out):
+        mine += [out / "task.json", out / "recipe.env", out / "tools.txt"]
+    foreign = [f for f in foreign_files(out, mine)
+               if f.relative_to(out).parts[0] in (*OWNED_FOLDERS, "data-bin.tmp", "tools.txt", "task.json")]
+    if foreign:
+        die(f"{out} holds files that prepare did not write, where it writes ({listing(foreign)}); move them out of "
+            "the way or give another --out (nothing was changed)")
     if args.force and out.exists():
         log(f"--force: removing what prepare wrote in {out} (raw, tok, bpe, data-bin, .steps; never the downloads)")
-        for sub in OWNED_FOLDERS + ("data-bin.tmp",):
+        for path in mine:
+            if path.is_file():
+                path.unlink()
+        for sub in OWNED_FOLDERS + ("data-bin.tmp",):  # the folders, now empty of its files
             shutil.rmtree(out / sub, ignore_errors=True)
     try:
         task = PreparedTask.create(out, settings, force=args.force)
     except NotATask as e:
         die(str(e))
     tools = text.versions()
-    (out / "tools.txt").write_text("".join(f"{k}\t{v}\n" for k, v in tools.items()), encoding="utf-8")
+    write_atomically(out / "tools.txt", "".join(f"{k}\t{v}\n" for k, v in tools.items()))
     stamps, workers, started = task.stamps, args.workers or os.cpu_count() or 4, time.time()
 
     def step(label, short, step_name, inputs, outputs, action, **settings_):
         return make(Step(stamps, step_name, inputs, outputs, settings_), action, prefix=prefix, what=label, short=short)
 
     try:
+        gathered = False
         for split in splits:
             split_inputs = [f for _, files in located[split] for f in files.values()]
-            step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}", split_inputs,
-                 [task.raw(split, src), task.raw(split, tgt)],
-                 lambda temps, split=split: corpora.write_split(spec, split, located[split],
-                                                                {src: temps[0], tgt: temps[1]}),
-                 task=name)
+            gathered |= bool(step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}",
+                                  split_inputs, [task.raw(split, src), task.raw(split, tgt)],
+                                  lambda temps, split=split: corpora.write_split(spec, split, located[split],
+                                                                                 {src: temps[0], tgt: temps[1]}),
+                                  task=name))
     except corpora.Missing as e:
         die(str(e))
+    # what looks like a mistake in the corpora: said once they are gathered, and kept in task.json
+    warnings = suspicious(task, splits, src, tgt, located) if gathered or "warnings" not in task.settings \
+        else task.settings["warnings"]
+    for warning in warnings:
+        log(f"warning: {warning}")
+    if task.settings.get("warnings") != warnings:
+        task = PreparedTask(out, TASK.write(out, {**task.settings, "warnings": warnings}))
 
     # 2 tokenise (the tools' versions are a setting: another tokeniser version redoes it)
     for split in splits:

@@ -149,6 +149,21 @@ class Step:
         self.record()
 
 
+def recorded_outputs(stamps: Path) -> List[Path]:
+    """Every file that the steps stamped in ``stamps`` wrote, as their stamps name them (a folder
+    output: each file of it, as recorded): what a command may replace or remove again."""
+    found = []
+    for stamp in sorted(Path(stamps).glob("*.json")):
+        try:
+            outputs = json.loads(stamp.read_text(encoding="utf-8")).get("outputs", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # a damaged stamp: its step is redone, its outputs are nobody's yet
+        for path, fp in outputs.items():
+            files = fp.get("files") if isinstance(fp, dict) else None
+            found += [Path(path) / rel for rel in files] if files is not None else [Path(path)]
+    return found
+
+
 def _log(prefix: str, message: str) -> None:
     print(f"[{prefix}] {message}", file=sys.stderr, flush=True)
 

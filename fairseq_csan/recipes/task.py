@@ -110,11 +110,13 @@ class PreparedTask:
         """Write the task record; a folder prepared with other settings is refused unless ``force``."""
         root = Path(root)
         settings = TASK.typed(settings)
-        if TASK.exists(root) and not force and complete(read_settings(root)) != settings:
+        held = {k: v for k, v in complete(read_settings(root)).items() if k != "warnings"}  # a finding, not a setting
+        if TASK.exists(root) and not force and held != settings:
             raise NotATask(f"{root} was prepared with other settings (see {TASK.path(root)}, or recipe.env in a "
                            "folder prepared before); use --force to redo it or another --out")
         root.mkdir(parents=True, exist_ok=True)
-        return cls(root, TASK.write(root, settings))
+        kept = {"warnings": read_settings(root)["warnings"]} if not force and "warnings" in read_settings(root) else {}
+        return cls(root, TASK.write(root, {**settings, **kept}))
 
 
 def is_task(root) -> bool:
