@@ -329,6 +329,38 @@ def test_translate_checks_its_output_first_and_takes_one_writer(tree, tmp_path):
     assert not (tmp_path / "ev").exists()
 
 
+def test_an_output_that_cannot_be_a_folder_is_one_line(tmp_path):
+    """An --out that is a file, or lies under one: every command's lock says so in one line (it
+    was a FileExistsError traceback), before anything is written."""
+    (tmp_path / "afile").write_text("mine\n")
+    with pytest.raises(Refusal, match=r"afile is a file, not a folder: give an output folder elsewhere"):
+        WriterLock(tmp_path / "afile", folder=True, what="me").acquire()
+    with pytest.raises(Refusal, match=r"cannot create the folder .*afile/sub \(Not a directory\)"):
+        WriterLock(tmp_path / "afile" / "sub", folder=True, what="me").acquire()
+    with pytest.raises(Refusal, match=r"afile is a file, not a folder: give an output elsewhere"):
+        WriterLock(tmp_path / "afile" / "out.txt", folder=False, what="me").acquire()
+    done = recipe_main("prepare", "toy_en_de", "--raw-dir", tmp_path, "--out", tmp_path / "afile", "--no-download")
+    assert done.returncode != 0 and done.stderr.strip().splitlines()[-1].endswith(
+        "afile is a file, not a folder: give an output folder elsewhere (nothing was changed)")
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_the_toy_corpus_replaces_only_its_own_files(tmp_path):
+    """toy_corpus records what it wrote (toy_corpus.json): a rerun of other sizes replaces its
+    own files, a train.en of the user's there is refused and kept."""
+    def toy(*args):
+        return subprocess.run([sys.executable, "-m", "fairseq_csan.recipes.toy_corpus", tmp_path / "raw", *args],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+
+    assert toy("--train", "20", "--valid", "2", "--test", "2").returncode == 0
+    assert toy("--train", "30", "--valid", "2", "--test", "2").returncode == 0
+    assert len(lines(tmp_path / "raw/train.en")) == 30
+    write(tmp_path / "raw/val.de", ["mine"])
+    done = toy("--train", "40", "--valid", "2", "--test", "2")
+    assert done.returncode == 1 and "holds files the toy corpus did not write" in done.stderr
+    assert lines(tmp_path / "raw/val.de") == ["mine"] and len(lines(tmp_path / "raw/train.en")) == 30
+
+
 def test_one_process_is_one_writer(tmp_path):
     """A command called twice in one process (a test, a notebook) does not lock itself out."""
     first = WriterLock(tmp_path / "out", folder=True, what="me").acquire()

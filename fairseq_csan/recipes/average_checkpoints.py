@@ -17,7 +17,6 @@ An existing --output is never overwritten without --force.
 """
 
 import argparse
-import os
 import re
 import sys
 from pathlib import Path
@@ -183,7 +182,7 @@ def main(argv=None):
     if args.list:
         print("\n".join(str(p) for p in paths))
         return
-    from .ownership import Refusal, WriterLock, check_writable, refuse_overlaps, unique_temporary
+    from .ownership import Refusal, WriterLock, atomic, check_writable, refuse_overlaps
 
     def check_output():
         if args.output.exists() and not args.force:
@@ -196,17 +195,15 @@ def main(argv=None):
         held = WriterLock(args.output, folder=False, what="average_checkpoints").acquire()
     except Refusal as error:
         raise SystemExit(f"average_checkpoints: {error}")
-    part = unique_temporary(args.output)
     try:
         check_output()  # again under the lock: a run that just ended may have written it
         print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}",
               file=sys.stderr)
         averaged = average(paths)
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        torch_persistent_save(averaged, str(part))
-        os.replace(part, args.output)
+        with atomic(args.output) as (part,):
+            torch_persistent_save(averaged, str(part))
     finally:
-        part.unlink(missing_ok=True)
         held.release()
     print(f"average_checkpoints: wrote {args.output}", file=sys.stderr)
 

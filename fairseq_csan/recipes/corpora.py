@@ -17,7 +17,6 @@ looks finished; existing outputs are kept unless --force is given.
 """
 
 import argparse
-import os
 import re
 import sys
 import tarfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from . import text
+from .ownership import atomic
 
 WMT17 = "https://data.statmt.org/wmt17/translation-task"
 WMT17_PAGE = "https://www.statmt.org/wmt17/translation-task.html"
@@ -433,15 +433,9 @@ def gather(task_name: str, raw: Path, out: Path, allow_download=True, force=Fals
             print(f"[corpora] {split}: {targets[langs[0]].name} and {targets[langs[1]].name} exist; kept",
                   file=sys.stderr)
             continue
-        parts = {lang: out / f"{split}.{lang}.tmp" for lang in langs}
-        try:
-            total = write_split(task_name, split, locate_split(task_name, split, raw, allow_download), parts)
-        except BaseException:
-            for p in parts.values():
-                p.unlink(missing_ok=True)
-            raise
-        for lang in langs:
-            os.replace(parts[lang], targets[lang])
+        with atomic(*targets.values()) as parts:
+            total = write_split(task_name, split, locate_split(task_name, split, raw, allow_download),
+                                dict(zip(targets, parts)))
         print(f"[corpora] {split}: {total:,} pairs in {targets[langs[0]]} / {targets[langs[1]].name}",
               file=sys.stderr)
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, write_table
+from .ownership import write_atomically
 from .records import REPRODUCTION, TIMING, Damaged
 from .score import mark
 
@@ -429,7 +430,7 @@ def report(args, data):
             f"{BASELINE} with that seed (sacreBLEU's --paired-bs). ⇑/↑: better at p < 0.01/0.05, ⇓/↓: worse; "
             f"no mark: not significant. Train steps/s: mean of fairseq's ups over each run, {sharing}.")
     text = write_table(args.out / "results.csv", args.out / "results.md", header, rows, note)
-    (args.out / "results.json").write_text(json.dumps(records, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomically(args.out / "results.json", json.dumps(records, indent=2, ensure_ascii=False) + "\n")
     plot_results(records, args.out / "results.png")
     print(text)
     analyses(args, data, runs)

@@ -21,6 +21,7 @@ work starts:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import os
@@ -119,12 +120,24 @@ class WriterLock:
     def acquire(self) -> "WriterLock":
         """The lock, taken; a lock this process holds already is returned as it is (one
         process is one writer, however many of its calls write)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        where = self.path.parent  # the output folder, or the folder of an output file
+        if where.exists() and not where.is_dir():
+            raise Refusal(f"{where} is a file, not a folder: give {'an output folder' if where == self.output else 'an output'} "
+                          "elsewhere (nothing was changed)")
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a parent that is a file, no permission, a read-only or full disk
+            raise Refusal(f"cannot create the folder {where} ({error.strerror}): give an output where you can write "
+                          "(nothing was changed)") from None
         held = _HELD.get(os.path.realpath(self.path))
         if held is not None and held.fd is not None:
             return held
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as error:
+                raise Refusal(f"cannot write in {where} ({error.strerror}): give an output where you can write "
+                              "(nothing was changed)") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:
@@ -176,22 +189,32 @@ def unique_temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def write_atomically(path: Path, data) -> None:
-    """Write ``data`` (str, as UTF-8, or bytes) to ``path`` so that a reader, a kill or a power
-    cut sees the old content or the new, never a part: into :func:`unique_temporary`, flushed
-    to the disk, then renamed over ``path``. Two processes writing the same file at once (the
-    machines of one multi-node training, say) each rename their own whole file."""
-    path = Path(path)
-    part = unique_temporary(path)
+@contextlib.contextmanager
+def atomic(*paths):
+    """The kit's one way to write a file: ``with atomic(a, b) as (part_a, part_b):`` write each
+    output to its temporary (:func:`unique_temporary`); when the block ends normally each
+    temporary is flushed to the disk and renamed over its output, in order, so that a reader, a
+    kill or a power cut sees the old content or the new, never a part; when it raises (a kill's
+    KeyboardInterrupt and SystemExit too) every temporary is removed and no output is touched.
+    Two processes writing one file at once (the machines of one multi-node training) each rename
+    their own whole file."""
+    parts = [unique_temporary(Path(p)) for p in paths]
     try:
-        with open(part, "wb") as out:
-            out.write(data.encode("utf-8") if isinstance(data, str) else data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(part, path)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+        yield parts
+        for part in parts:
+            with open(part, "rb") as f:
+                os.fsync(f.fileno())
+        for part, path in zip(parts, paths):
+            os.replace(part, path)
+    finally:
+        for part in parts:
+            part.unlink(missing_ok=True)
+
+
+def write_atomically(path: Path, data) -> None:
+    """Write ``data`` (str, as UTF-8, or bytes) to ``path`` through :func:`atomic`."""
+    with atomic(path) as (part,):
+        part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def check_writable(path: Path, flag: str) -> None:

@@ -7,6 +7,7 @@
     SWEEP         sweep.json         sweep        which point of a window/area sweep a run is
     REPRODUCTION  settings.json      multi30k     a Multi30k reproduction's settings
     TIMING        timing.json        multi30k     one finished run's times (written last: the run is done)
+    TOY           toy_corpus.json    toy_corpus   the files it wrote, by SHA-256 (a user's train.en is not replaced)
 
 A record is a JSON object of its kind's fields, each of the field's type, written atomically
 (a temporary of the writer's own, fsynced, then renamed: ``ownership.write_atomically``).
@@ -148,7 +149,8 @@ REPRODUCTION = Kind("reproduction", "settings.json", {
     "raw_dir": "text", "max_update": "int", "merges": "int", "model": "json", "training": "json", "device": "text"},
     open_fields=True)
 TIMING = Kind("timing", "timing.json", {"train_s": "float", "total_s": "float"}, open_fields=True)
-KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING)
+TOY = Kind("toy corpus", "toy_corpus.json", {"files": "json"})  # what the toy corpus wrote (name -> SHA-256)
+KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING, TOY)
 
 
 # ------------------------------------------------------------------ what a model is made from

@@ -209,8 +209,10 @@ def score(args):
             test["chrf"] = paired_bootstrap_chrf(refs_raw, read_lines(baseline_detok), detoks, args.bootstrap_samples)
         results["bootstrap"] = test
         results["mark"] = mark(test["bleu"] - test["baseline_bleu"], test["p_value"])
-    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(summary(results) + "\n", encoding="utf-8")
+    from .ownership import write_atomically
+
+    write_atomically(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    write_atomically(out / "results.md", summary(results) + "\n")
     print(summary(results))
 
 

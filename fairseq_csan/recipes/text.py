@@ -25,7 +25,6 @@ temporary name and is renamed at the end, so a half-written file never looks fin
 """
 
 import argparse
-import os
 import re
 import sys
 from multiprocessing import Pool
@@ -176,17 +175,13 @@ def _chunks(handle, size=2000):
 
 
 def _write_atomically(path: Path, lines_iter):
-    part = path.with_name(path.name + ".tmp")
-    try:
-        with open(part, "w", encoding="utf-8", newline="\n") as out:
-            count = 0
-            for lines in lines_iter:
-                out.writelines(line + "\n" for line in lines)
-                count += len(lines)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    os.replace(part, path)
+    from .ownership import atomic
+
+    with atomic(path) as (part,), open(part, "w", encoding="utf-8", newline="\n") as out:
+        count = 0
+        for lines in lines_iter:
+            out.writelines(line + "\n" for line in lines)
+            count += len(lines)
     return count
 
 
@@ -237,11 +232,12 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
     over ``ratio`` (either way), as Moses' clean-corpus-n.perl does; and pairs with a token of
     more than ``max_token_chars`` characters, which BPE would learn merges from as if it were
     a frequent word (one 100,000-character line reshapes thousands of merges)."""
+    from .ownership import atomic
+
     kept = dropped = long_tokens = 0
-    parts = [Path(str(p) + ".tmp") for p in (src_out, tgt_out)]
     try:
-        with open(src_in, encoding="utf-8") as fs, open(tgt_in, encoding="utf-8") as ft, \
-                open(parts[0], "w", encoding="utf-8", newline="\n") as os_, \
+        with atomic(src_out, tgt_out) as parts, open(src_in, encoding="utf-8") as fs, \
+                open(tgt_in, encoding="utf-8") as ft, open(parts[0], "w", encoding="utf-8", newline="\n") as os_, \
                 open(parts[1], "w", encoding="utf-8", newline="\n") as ot:
             for number, (s, t) in enumerate(_aligned(fs, ft), 1):
                 ws, wt = s.split(), t.split()
@@ -255,20 +251,10 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
                     kept += 1
                 else:
                     dropped += 1
-    except UnicodeDecodeError as error:
-        for p in parts:
-            p.unlink(missing_ok=True)
+    except UnicodeDecodeError as error:  # (atomic removed the temporaries: no output is touched)
         raise SystemExit(f"clean: {src_in} or {tgt_in} is not UTF-8 ({error})")
     except ValueError as error:  # _aligned: the files are not line-aligned
-        for p in parts:
-            p.unlink(missing_ok=True)
         raise SystemExit(f"clean: {src_in} and {tgt_in} differ in length ({error})")
-    except BaseException:
-        for p in parts:
-            p.unlink(missing_ok=True)
-        raise
-    os.replace(parts[0], src_out)
-    os.replace(parts[1], tgt_out)
     print(f"[clean] kept {kept:,} pairs, dropped {dropped:,} (empty, over {max_len} tokens, "
           f"length ratio over {ratio}, or a token over {max_token_chars} characters: {long_tokens:,})",
           file=sys.stderr)

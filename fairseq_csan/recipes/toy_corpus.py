@@ -12,6 +12,8 @@ import argparse
 import random
 from pathlib import Path
 
+from .ownership import Refusal
+
 # English noun -> (German noun, gender)
 NOUNS = {
     "dog": ("hund", "m"), "cat": ("katze", "f"), "child": ("kind", "n"), "man": ("mann", "m"),
@@ -119,13 +121,38 @@ def main():
     if len(pairs) < total:
         raise SystemExit(f"the grammar gave only {len(pairs)} distinct sentences; ask for fewer")
 
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     splits = {"train": pairs[: args.train], "val": pairs[args.train: args.train + args.valid],
               "test": pairs[args.train + args.valid:]}
-    for split, rows in splits.items():
-        for side, lang in ((0, "en"), (1, "de")):
-            (args.out_dir / f"{split}.{lang}").write_text("".join(r[side] + "\n" for r in rows), encoding="utf-8")
+    texts = {f"{split}.{lang}": "".join(r[side] + "\n" for r in rows)
+             for split, rows in splits.items() for side, lang in ((0, "en"), (1, "de"))}
+    try:
+        write_corpus(args.out_dir, texts)
+    except Refusal as error:
+        raise SystemExit(f"[toy corpus] error: {error}")
     print(f"[toy corpus] wrote {', '.join(f'{k} {len(v)}' for k, v in splits.items())} pairs to {args.out_dir}")
+
+
+def write_corpus(folder: Path, texts: dict) -> None:
+    """Write the files (name -> text) into ``folder``, each atomically, and record them in its
+    TOY record; a file of those names that the record does not name as written here (a user's
+    train.en) is refused, before anything is written."""
+    import hashlib
+
+    from .ownership import Refusal, WriterLock, atomic, listing
+    from .records import TOY
+
+    with WriterLock(folder, folder=True, what="toy_corpus"):
+        written = (TOY.read(folder) or {}).get("files", {})
+        theirs = [folder / name for name in texts if (folder / name).exists() and
+                  hashlib.sha256((folder / name).read_bytes()).hexdigest() != written.get(name)]
+        if theirs:
+            raise Refusal(f"{folder} holds files the toy corpus did not write ({listing(theirs)}); give another "
+                          "folder (nothing was changed)")
+        for name, text in texts.items():
+            with atomic(folder / name) as (part,):
+                part.write_text(text, encoding="utf-8")
+        TOY.write(folder, {"files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest()
+                                     for name, text in texts.items()}})
 
 
 if __name__ == "__main__":

@@ -613,11 +613,10 @@ def interval_checkpoints(save: Path):
 
 
 def replace_atomically(source: Path, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copyfile(source, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
+    from .ownership import atomic
+
+    with atomic(target) as (tmp,):
+        shutil.copyfile(source, tmp)
 
 
 def repair_checkpoints(save: Path) -> List[str]:

@@ -167,15 +167,10 @@ def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float 
 
 
 def write_atomically(path: Path, lines) -> None:
-    from .ownership import unique_temporary
+    from .ownership import atomic
 
-    part = unique_temporary(path)
-    try:
-        with open(part, "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(line + "\n" for line in lines)
-        os.replace(part, path)
-    finally:
-        part.unlink(missing_ok=True)
+    with atomic(path) as (part,), open(part, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(line + "\n" for line in lines)
 
 
 def main(argv=None):
