@@ -78,6 +78,9 @@ def repack_installed(folder: Path, name: str):
     wheel(folder, dist.metadata["Name"], dist.version, files=files)
 
 
+EXTRAS = ("recipes", "zh", "ja", "analysis", "logging", "gpu-check", "test")  # every extra of setup.py
+
+
 def plugin_requirements(extras):
     """setup.py's install_requires and the named extras, as setup.py says them today."""
     import setuptools  # noqa: F401  (provides distutils on Python >= 3.12)
@@ -90,6 +93,7 @@ def plugin_requirements(extras):
     finally:
         os.chdir(here)
     reqs = list(dist.install_requires)
+    assert set(dist.extras_require) == set(EXTRAS)  # a new extra is looked up below too
     for extra in extras:
         reqs += dist.extras_require[extra]
     return reqs
@@ -587,16 +591,7 @@ def test_every_requirement_has_a_release_for_each_supported_python():
 
     from packaging.requirements import Requirement
 
-    import setuptools  # noqa: F401  (distutils on Python >= 3.12)
-    from distutils.core import run_setup
-
-    here = os.getcwd()
-    os.chdir(REPO)
-    try:
-        dist = run_setup("setup.py", stop_after="init")
-    finally:
-        os.chdir(here)
-    every = sorted(set(dist.install_requires) | {r for extra in dist.extras_require.values() for r in extra})
+    every = sorted(set(plugin_requirements(EXTRAS)))
     oldest = next((str(c) for c in [shutil.which("python3.8"), *sorted(Path(os.environ.get(
         "PYENV_ROOT", Path.home() / ".pyenv")).glob("versions/3.8.*/bin/python3.8"))]
         if c and subprocess.run([str(c), "-m", "pip", "--version"], capture_output=True).returncode == 0), None)
