@@ -112,6 +112,16 @@ def test_a_checkpoint_of_another_run_is_refused_by_its_contents(checkpoints, tmp
     save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
     with pytest.raises(SystemExit, match="checkpoint_2_400.pt is not of the same run .*seed 1 vs 9"):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
+    # the same run extended with a larger --max-update (and another learning rate): still one run
+    model, args, _ = build_model("transformer_relpos", [*TINY, "--max-update", "900", "--lr", "0.5"], seed=5)
+    save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
+    average_checkpoints.main(["--dir", str(tmp_path), "--last", "2", "--output", str(tmp_path / "a.pt")])
+    (tmp_path / "a.pt").unlink()
+    # another model setting is another model
+    model, args, _ = build_model("transformer_relpos", [*TINY, "--dropout", "0.3"], seed=5)
+    save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
+    with pytest.raises(SystemExit, match="checkpoint_2_400.pt is not of the same run .*dropout 0.1 vs 0.3"):
+        average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
     # the same checkpoint twice
     with pytest.raises(SystemExit, match="are the same update \\(300\\)"):
         average_checkpoints.main(["--inputs", str(paths[2]), str(tmp_path / "checkpoint_last.pt"),

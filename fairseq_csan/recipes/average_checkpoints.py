@@ -20,6 +20,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -61,17 +62,39 @@ def updates_of(state: dict):
         return None
 
 
+def model_flags(arch) -> Optional[frozenset]:
+    """The settings that make a model of ``arch``: what its model class declares (fairseq's
+    ``add_args``, our variants' flags among them), or None for an architecture not registered
+    here. A fairseq architecture of argparse arguments saves every argument of the run in
+    ``cfg.model`` (--max-update, --lr, --save-dir, ...): those are the run's schedule, not the
+    model, and a run extended with a larger --max-update is still one run."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    model = ARCH_MODEL_REGISTRY.get(str(arch))
+    if model is None:
+        return None
+    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+    model.add_args(parser)
+    return frozenset(action.dest for action in parser._actions)
+
+
 def model_config(state: dict) -> dict:
     """What makes two checkpoints the same model: the model settings (arch, sizes, variant
-    flags) and the seed, as a plain dict."""
+    flags: ``model_flags``) and the seed, as a plain dict."""
     cfg = state.get("cfg") or {}
     model = cfg.get("model") if hasattr(cfg, "get") else None
     if model is None and state.get("args") is not None:  # a checkpoint saved with argparse args
-        args = vars(state["args"])
-        return {k: v for k, v in args.items() if k not in ("lr", "max_update", "save_dir", "restore_file")}
-    model = dict(model.items()) if hasattr(model, "items") else dict(vars(model)) if model is not None else {}
-    common = cfg.get("common") if hasattr(cfg, "get") else None
-    seed = common.get("seed") if hasattr(common, "get") else getattr(common, "seed", None)
+        model, seed = vars(state["args"]), vars(state["args"]).get("seed")
+    else:
+        model = dict(model.items()) if hasattr(model, "items") else dict(vars(model)) if model is not None else {}
+        common = cfg.get("common") if hasattr(cfg, "get") else None
+        seed = common.get("seed") if hasattr(common, "get") else getattr(common, "seed", None)
+    arch = model.get("_name") or model.get("arch")
+    flags = model_flags(arch) if arch else None
+    if flags is not None:
+        model = {k: v for k, v in model.items() if k in flags or k in ("_name", "arch")}
+    else:  # an architecture not registered here: all but the schedule's most common settings
+        model = {k: v for k, v in model.items() if k not in ("lr", "max_update", "save_dir", "restore_file", "seed")}
     return {**{str(k): str(v) for k, v in model.items()}, "seed": str(seed)}
 
 
