@@ -818,14 +818,16 @@ def test_force_removes_only_what_a_training_wrote(tmp_path):
         (save / name).write_text(name)
     lock = save / "train.lock"
     lock.write_text("held")
+    (save / "train.node1.lock").write_text("another machine's")
     with pytest.raises(kit.Refused, match="holds no run record of the kit's"):
         kit.start_over(save, lock)
     kit.RUN.write(save, {"arch": "transformer", "data": "d", "seed": 1})
     (save / "notes.txt").write_text("a user's notes")
     with pytest.raises(kit.Refused, match=r"holds what a training did not write \(notes.txt\)"):
         kit.start_over(save, lock)
-    assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", "train.lock"])
+    assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", "train.lock",
+                                                              "train.node1.lock"])
     (save / "notes.txt").unlink()
     assert kit.start_over(save, lock) == [f"--force: removed 7 file(s) of the earlier run in {save} (checkpoints, log, record)"]
-    assert [p.name for p in save.iterdir()] == ["train.lock"]
+    assert sorted(p.name for p in save.iterdir()) == ["train.lock", "train.node1.lock"]
     assert kit.start_over(save, lock) == []  # nothing left to remove

@@ -560,9 +560,10 @@ TRAINING_WRITES = re.compile(r"checkpoint[\w.-]*\.pt|train(\.node\d+)?\.(log|loc
 
 def start_over(save: Path, own_lock: Path) -> List[str]:
     """--force: remove what a training of the kit wrote into ``save`` (TRAINING_WRITES) but the
-    lock this process holds; a folder with any other file, or without the kit's run record, is
+    lock files; a folder with any other file, or without the kit's run record, is
     refused before anything is removed."""
-    files = [p for p in save.iterdir() if p != own_lock]
+    # (the lock files stay: another machine of a multi-node run may hold its own)
+    files = [p for p in save.iterdir() if p != own_lock and not re.fullmatch(r"train(\.node\d+)?\.lock", p.name)]
     if not files:
         return []
     theirs = [p for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
