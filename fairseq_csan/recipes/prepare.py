@@ -79,17 +79,6 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
     return notes
 
 
-def owned_files(out: Path, src: str, tgt: str, splits=SPLITS):
-    """Every path that prepare writes in ``out`` (the layout of task.py; a folder: all of it)."""
-    files = [out / name for name in ("task.json", "recipe.env", "tools.txt", ".steps", "data-bin", "data-bin.tmp")]
-    for split in splits:
-        for lang in (src, tgt):
-            files += [out / sub / f"{split}.{lang}" for sub in ("raw", "tok", "bpe")]
-    files += [out / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
-    files += [out / "bpe" / name for name in ("codes", f"codes.{src}", f"codes.{tgt}")]
-    return files
-
-
 FILES = "files"  # the user's own corpus; the other choices are the presets of examples/<task>/prepare.sh
 USAGE = f"""usage: python -m fairseq_csan.recipes.prepare files --src XX --tgt YY --train PREFIX --valid PREFIX
            --test PREFIX [--test PREFIX ...] [--out DIR] [options]   (your own corpus; files --help)
