@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import time
@@ -77,6 +78,23 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
             notes.append(f"{len(found[split])} of the {total} distinct {split} pairs are training pairs too{inside}; "
                          "scores on it would overstate the model")
     return notes
+
+
+def layout(out: Path, src: str, tgt: str, splits) -> list:
+    """Every path that prepare's steps write in ``out`` (task.py's layout), fairseq-preprocess's
+    files in data-bin/, and the temporary folder of that output (steps.py's NAME.tmp, all of it),
+    which a kill leaves."""
+    files = [out / name for name in ("task.json", "recipe.env", "tools.txt", "data-bin.tmp")]
+    binary, (s, t) = out / "data-bin", (re.escape(src), re.escape(tgt))
+    preprocessed = re.compile(rf"dict\.({s}|{t})\.txt|preprocess\.log|\w+\.{s}-{t}\.({s}|{t})\.(bin|idx)")
+    if binary.is_dir():
+        files += [p for p in binary.iterdir() if preprocessed.fullmatch(p.name)]
+    for split in splits:
+        for lang in (src, tgt):
+            files += [out / sub / f"{split}.{lang}" for sub in ("raw", "tok", "bpe")]
+    files += [out / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
+    files += [out / "bpe" / name for name in ("codes", f"codes.{src}", f"codes.{tgt}")]
+    return files
 
 
 FILES = "files"  # the user's own corpus; the other choices are the presets of examples/<task>/prepare.sh
@@ -263,12 +281,14 @@ def main(argv=None) -> None:
         refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
     except Refusal as e:
         die(str(e))
-    # what prepare wrote here is what its step stamps record (and its task record with tools.txt):
-    # any other file in the folders it writes, or a tools.txt of a folder it never prepared, is
-    # someone else's, and is refused, --force or not (a step that is redone replaces its folder)
+    # what prepare wrote here: what its step stamps record and, in a folder its task record says
+    # it prepared, the names its steps write (a step killed before its stamp leaves outputs, or a
+    # temporary, without one). In a folder it never prepared nothing is its own. Any other file
+    # where it writes (a data-bin of another pipeline's, a tools.txt or notes of the user's) is
+    # refused, --force or not: a step that is redone replaces its folder whole
     mine = [*recorded_outputs(out / ".steps"), out / ".steps"]
     if TASK.exists(out):
-        mine += [out / "task.json", out / "recipe.env", out / "tools.txt"]
+        mine += layout(out, src, tgt, splits)
     foreign = [f for f in foreign_files(out, mine)
                if f.relative_to(out).parts[0] in (*OWNED_FOLDERS, "data-bin.tmp", "tools.txt", "task.json")]
     if foreign:
