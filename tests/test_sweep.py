@@ -100,3 +100,21 @@ def test_every_option_changes_the_runs_or_is_refused(tmp_path, context):
         f"csan2d_heads{n}" for n in (1, 3, 5, 7)]
     assert "--csan-window 11 --csan-heads 3 && " in listed[8] and " -m fairseq_csan.recipes.evaluate " in listed[8]
     assert listed[8].startswith("csan2d_heads3: ") and " -m fairseq_csan.recipes.train " in listed[8]
+
+
+def test_a_run_folder_of_someone_else_s_is_refused_before_any_run(tmp_path):
+    """A run folder that holds a file of the user's, or that no sweep record speaks for, is named
+    before any run starts, and left as it was (its train.out was overwritten before)."""
+    from recipe_helpers import fake_task, in_process
+
+    from fairseq_csan.recipes import sweep
+
+    data, out = fake_task(tmp_path), tmp_path / "sweep"
+    (out / "csan1d_window3").mkdir(parents=True)
+    (out / "csan1d_window3" / "train.out").write_text("my own log\n")
+    argv = ["--data", data, "--out", out, "--windows", "3", "--heads", "", "--cpu-tiny"]
+    done = in_process(sweep.main, argv, check=False)
+    assert done.returncode == 2 and "csan1d_window3 holds what a sweep run did not write (train.out)" in done.stderr
+    assert (out / "csan1d_window3" / "train.out").read_text() == "my own log\n"
+    assert sorted(p.name for p in (out / "csan1d_window3").iterdir()) == ["train.out"]
+    assert sweep.someone_elses(out / "nothing") == []

@@ -140,6 +140,22 @@ def check_training(data: Path, out: Path, train_args: List[str], fairseq_args: L
                       "list the options") from None
 
 
+# what a run of the sweep writes in its folder: its record, the two commands' output, and the
+# training's and the evaluation's folders (which those commands guard themselves)
+RUN_WRITES = ("sweep.json", "sweep.env", "train.out", "eval.out", "checkpoints", "eval")
+
+
+def someone_elses(folder: Path) -> List[str]:
+    """The names in a run folder that a run of the sweep did not write: all of them where the
+    folder holds no sweep record (a folder of the user's), else those not in RUN_WRITES."""
+    if not folder.is_dir():
+        return []
+    names = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
+    if names and not SWEEP.exists(folder):
+        return names
+    return [name for name in names if name not in RUN_WRITES]
+
+
 def run_one(run: dict, lock_fds) -> None:
     folder = run["folder"]
     log(f"{run['name']}: {run['arch']} {' '.join(run['flags'])}")
@@ -207,6 +223,11 @@ def main(argv=None) -> None:
             locks = [WriterLock(run["folder"], folder=False, what="sweep.sh").acquire() for run in runs]
         except Refusal as e:
             raise Refused(str(e).replace("or give another output", "or give another --out")) from None
+        for run in runs:  # before any run starts: a run folder of someone else's is named, not written into
+            theirs = someone_elses(run["folder"])
+            if theirs:
+                raise Refused(f"{run['folder']} holds what a sweep run did not write ({', '.join(theirs[:5])}); move "
+                              "it away or give another --out (nothing was changed)")
         for run in runs:
             run_one(run, [lock.fd for lock in locks])
     except Refused as e:
