@@ -99,8 +99,10 @@ def test_parse_types_the_options_and_names_a_bad_one():
     assert (o.gpus, o.nodes, o.seed, o.share, o.max_tokens, o.tiny, o.dry_run) == (4, 1, 1, "auto", None, False, False)
     assert o.extra == ["--lr", "1", "--gpus"]  # after --: fairseq-train's, unread
     assert kit.parse(["--data=x"]).data == "x"
-    # the word after an option is its value, whatever it looks like, but for --, which ends the options
-    assert kit.parse(["--save-dir", "-odd", "--", "--seed"]).save == "-odd"
+    # -- ends the options; a value that starts with "-" is given as --option=VALUE
+    assert kit.parse(["--save-dir=-odd", "--", "--seed"]).save == "-odd"
+    with pytest.raises(kit.Refused, match="^--save-dir needs a folder$"):
+        kit.parse(["--save-dir", "-odd"])
     for argv, message in ((["--gpus"], "--gpus needs a number"), (["--gpus", "--", "8"], "--gpus needs a number"),
                           (["--data", ""], "--data needs a folder"), (["--seed", "-1"], "--seed must be a whole number, got '-1'"),
                           (["--share", "most"], "--share must be auto, all, decoder or none, got 'most'"),

@@ -47,74 +47,6 @@ from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
 PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 HPARAMS = Path(__file__).with_name("hparams.json")
 
-USAGE = """\
-usage: scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]
-
-  --data DIR        a folder made by examples/*/prepare.sh (its data-bin/ is used), or a
-                    fairseq data-bin folder
-  --arch ARCH       any registered architecture: transformer, transformer_csan2d,
-                    transformer_ctxaware_big, ...
-  --save-dir DIR    checkpoints and train.log; a run that stopped resumes from
-                    DIR/checkpoint_last.pt when started again with the same arguments (a
-                    checkpoint_last.pt cut short by a kill is replaced by the newest intact
-                    checkpoint); one training at a time per folder (DIR/train.lock)
-  --size base|big   hyper-parameter set (default: big for *_big architectures, else base;
-                    not with --cpu-tiny)
-  --hparams FILE    the hyper-parameters (default: the kit's hparams.json, the papers' setup)
-  --gpus N          GPUs on each machine (default: all visible). --update-freq is 8/(K x N)
-                    on K machines, so every update sees 8 x 4096 tokens, as on the papers'
-                    8 GPUs
-  --cpu-processes N data parallelism on the CPU: N processes through torchrun and gloo (they
-                    stand in for N GPUs), to check a multi-GPU set-up without GPUs
-  --nodes K         machines (default 1), K x --gpus processes in all; see docs/distributed.md
-  --launcher L      torchrun (the default with --nodes K > 1 or --cpu-processes: run this
-                    script on every machine, each with its --node-rank) or slurm (run it once
-                    inside an sbatch or salloc allocation: srun starts one task per GPU and
-                    fairseq reads SLURM's variables)
-  --node-rank R     this machine's rank, 0 to K-1 (torchrun, K > 1)
-  --master-addr H   the rank-0 machine's address (torchrun, K > 1)
-  --port P          the rank-0 machine's rendezvous port (default 29500; only with --nodes
-                    K > 1 or --launcher slurm)
-  --precision P     fp16 (default), bf16 or fp32
-  --share S         embedding sharing: auto (default: all with one joined dictionary, as
-                    Vaswani et al.; decoder input/output with two), all, decoder or none
-  --max-tokens N    tokens per GPU per step (default: hparams.json's, 4096; with --cpu-tiny
-                    its cpu_tiny value, 1024)
-  --max-update N    training updates (default: 100000 base, 300000 big)
-  --seed N          random seed (default 1)
-  --tensorboard DIR TensorBoard event files in DIR (fairseq's --tensorboard-logdir; needs the
-                    logging extra, which scripts/install.sh installs)
-  --wandb PROJECT   log to Weights & Biases (fairseq's --wandb-project; pip install wandb first)
-  --dry-run         print the exact command (for 8 GPUs unless --gpus is given) and exit
-  --force           start the run in --save-dir again from nothing: the files a training of
-                    the kit wrote there (checkpoints, logs, run.json) are removed first; a
-                    folder holding any other file is refused, and so is one in use
-  --cpu-tiny        smoke run on the CPU: a tiny model (64-dim, 3+2 layers) for a few updates
-                    (default 16), a checkpoint every max-update/8 updates, at least 2 (8
-                    checkpoints when max-update >= 16, enough for evaluate.sh's default average
-                    of 5), fp32 (or --precision bf16); for tests and first tries
-Arguments after -- go to fairseq-train unchanged and override the ones above, but for
---save-dir, --arch, --seed and --user-dir, which the run's lock and record follow: give
-train.sh's own.
-"""
-
-# option -> (attribute, what its value is, for "--X needs ...")
-VALUED = {
-    "--data": ("data", "a folder"), "--arch": ("arch", "a name"), "--save-dir": ("save", "a folder"),
-    "--size": ("size", "base or big"), "--hparams": ("hparams", "a file"), "--gpus": ("gpus", "a number"),
-    "--cpu-processes": ("cpu_procs", "a number"), "--nodes": ("nodes", "a number"),
-    "--launcher": ("launcher", "torchrun or slurm"), "--node-rank": ("node_rank", "a number"),
-    "--master-addr": ("master_addr", "a host name or address"), "--port": ("port", "a number"),
-    "--precision": ("precision", "fp16, bf16 or fp32"), "--max-tokens": ("max_tokens", "a number"),
-    "--max-update": ("max_update", "a number"), "--seed": ("seed", "a number"),
-    "--share": ("share", "auto, all, decoder or none"), "--tensorboard": ("tensorboard", "a folder"),
-    "--wandb": ("wandb", "a project name"),
-}
-CHOICES = {"size": ("base", "big"), "launcher": ("torchrun", "slurm"), "precision": ("fp16", "bf16", "fp32"),
-           "share": ("auto", "all", "decoder", "none")}
-DEFAULTS = dict(hparams=str(HPARAMS), nodes=1, seed=1, share="auto")
-
-
 class Refused(Exception):
     """A bad option or a folder that must not be trained in; its message names why."""
 
@@ -129,65 +61,130 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose every error is a :class:`Refused` naming the option and what it needs."""
 
     def error(self, message):
-        found = re.fullmatch(r"argument (--[\w-]+): (.*)", message, re.S)
+        found = re.fullmatch(r"argument ([-\w/]+): (.*)", message, re.S)
         if found is None:
             raise Refused(message)
         flag, why = found.groups()
         if why == "expected one argument":
-            raise Refused(f"{flag} needs {VALUED[flag][1]}")
+            raise Refused(f"{flag} needs {self._option_string_actions[flag].what}")
+        ignored = re.fullmatch(r"ignored explicit argument '(.*)'", why)
+        if ignored:  # --dry-run=1, -hx: a flag given a value
+            first = flag.split("/")[0]
+            word = f"{first}={ignored.group(1)}" if first.startswith("--") else first + ignored.group(1)
+            raise Refused(f"unknown argument '{word}' (fairseq-train arguments go after --)")
         raise Refused(why if why.startswith(flag) else f"{flag}: {why}")
 
 
-def _value(flag: str, what: str):
-    """argparse ``type=`` for ``flag``: not empty, a whole number or one of its choices."""
-    dest = VALUED[flag][0]
+class _Valued(argparse.Action):
+    """An option with a value, kept as given while the words are read, then checked
+    (:meth:`check`): not empty, a whole number (``number``) or one of ``allowed``. What it
+    needs (``what``) words its refusals."""
 
-    def convert(text: str):
+    def __init__(self, option_strings, dest, what, number=False, allowed=None, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.what, self.number, self.allowed = what, number, allowed
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, (option_string, values))
+
+    def check(self, given):
+        if not isinstance(given, tuple):  # not given: the default, typed already
+            return given
+        flag, text = given
         if text == "":
-            raise argparse.ArgumentTypeError(f"{flag} needs {what}")
-        if what == "a number":
+            raise Refused(f"{flag} needs {self.what}")
+        if self.number:
             if not re.fullmatch(r"[0-9]+", text):
-                raise argparse.ArgumentTypeError(f"{flag} must be a whole number, got '{text}'")
+                raise Refused(f"{flag} must be a whole number, got '{text}'")
             return int(text)
-        if dest in CHOICES and text not in CHOICES[dest]:
-            raise argparse.ArgumentTypeError(f"{flag} must be {what}, got '{text}'")
+        if self.allowed and text not in self.allowed:
+            raise Refused(f"{flag} must be {self.what}, got '{text}'")
         return text
 
-    return convert
+
+def parser() -> argparse.ArgumentParser:
+    """train.sh's options, each declared once: its help, default, what it needs and its check."""
+    p = _Parser(prog="scripts/train.sh", add_help=False, allow_abbrev=False,
+                usage="scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Arguments after -- go to fairseq-train unchanged and override the ones above, but for\n"
+                       "--save-dir, --arch, --seed and --user-dir, which the run's lock and record follow: give\n"
+                       "train.sh's own. A value that starts with '-' is given as --option=VALUE.")
+
+    def valued(flag, dest, metavar, what, help, number=False, allowed=None, default=None):
+        p.add_argument(flag, dest=dest, metavar=metavar, action=_Valued, what=what, number=number, allowed=allowed,
+                       default=default, help=help)
+
+    valued("--data", "data", "DIR", "a folder", "a folder made by examples/*/prepare.sh (its data-bin/ is used), or a "
+           "fairseq data-bin folder")
+    valued("--arch", "arch", "ARCH", "a name", "any registered architecture: transformer, transformer_csan2d, "
+           "transformer_ctxaware_big, ...")
+    valued("--save-dir", "save", "DIR", "a folder", "checkpoints and train.log; a run that stopped resumes from "
+           "DIR/checkpoint_last.pt when started again with the same arguments (a checkpoint_last.pt cut short by a "
+           "kill is replaced by the newest intact checkpoint); one training at a time per folder (DIR/train.lock)")
+    valued("--size", "size", "base|big", "base or big", "hyper-parameter set (default: big for *_big architectures, "
+           "else base; not with --cpu-tiny)", allowed=("base", "big"))
+    valued("--hparams", "hparams", "FILE", "a file", "the hyper-parameters (default: the kit's hparams.json, the "
+           "papers' setup)", default=str(HPARAMS))
+    valued("--gpus", "gpus", "N", "a number", "GPUs on each machine (default: all visible). --update-freq is 8/(K x N) "
+           "on K machines, so every update sees 8 x 4096 tokens, as on the papers' 8 GPUs", number=True)
+    valued("--cpu-processes", "cpu_procs", "N", "a number", "data parallelism on the CPU: N processes through torchrun "
+           "and gloo (they stand in for N GPUs), to check a multi-GPU set-up without GPUs", number=True)
+    valued("--nodes", "nodes", "K", "a number", "machines (default 1), K x --gpus processes in all; see "
+           "docs/distributed.md", number=True, default=1)
+    valued("--launcher", "launcher", "L", "torchrun or slurm", "torchrun (the default with --nodes K > 1 or "
+           "--cpu-processes: run this script on every machine, each with its --node-rank) or slurm (run it once inside "
+           "an sbatch or salloc allocation: srun starts one task per GPU and fairseq reads SLURM's variables)",
+           allowed=("torchrun", "slurm"))
+    valued("--node-rank", "node_rank", "R", "a number", "this machine's rank, 0 to K-1 (torchrun, K > 1)", number=True)
+    valued("--master-addr", "master_addr", "H", "a host name or address", "the rank-0 machine's address (torchrun, "
+           "K > 1)")
+    valued("--port", "port", "P", "a number", "the rank-0 machine's rendezvous port (default 29500; only with --nodes "
+           "K > 1 or --launcher slurm)", number=True)
+    valued("--precision", "precision", "P", "fp16, bf16 or fp32", "fp16 (default), bf16 or fp32",
+           allowed=("fp16", "bf16", "fp32"))
+    valued("--share", "share", "S", "auto, all, decoder or none", "embedding sharing: auto (default: all with one "
+           "joined dictionary, as Vaswani et al.; decoder input/output with two), all, decoder or none",
+           allowed=("auto", "all", "decoder", "none"), default="auto")
+    valued("--max-tokens", "max_tokens", "N", "a number", "tokens per GPU per step (default: hparams.json's, 4096; with "
+           "--cpu-tiny its cpu_tiny value, 1024)", number=True)
+    valued("--max-update", "max_update", "N", "a number", "training updates (default: 100000 base, 300000 big)",
+           number=True)
+    valued("--seed", "seed", "N", "a number", "random seed (default 1)", number=True, default=1)
+    valued("--tensorboard", "tensorboard", "DIR", "a folder", "TensorBoard event files in DIR (fairseq's "
+           "--tensorboard-logdir; needs the logging extra, which scripts/install.sh installs)")
+    valued("--wandb", "wandb", "PROJECT", "a project name", "log to Weights & Biases (fairseq's --wandb-project; pip "
+           "install wandb first)")
+    p.add_argument("--dry-run", action="store_true", help="print the exact command (for 8 GPUs unless --gpus is "
+                   "given) and exit")
+    p.add_argument("--force", action="store_true", help="start the run in --save-dir again from nothing: the files a "
+                   "training of the kit wrote there (checkpoints, logs, run.json) are removed first; a folder holding "
+                   "any other file is refused, and so is one in use")
+    p.add_argument("--cpu-tiny", dest="tiny", action="store_true", help="smoke run on the CPU: a tiny model (64-dim, "
+                   "3+2 layers) for a few updates (default 16), a checkpoint every max-update/8 updates, at least 2 (8 "
+                   "checkpoints when max-update >= 16, enough for evaluate.sh's default average of 5), fp32 (or "
+                   "--precision bf16); for tests and first tries")
+    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    return p
 
 
 def parse(argv: List[str]) -> argparse.Namespace:
     """The options, typed (numbers are ints; an option not given is None or its default); the
-    words after ``--`` are ``extra``, for fairseq-train."""
-    # the word after an option that takes a value is its value, whatever it looks like ("-x"),
-    # but for --, which ends the options (the option then needs its value); --option=value too.
-    # As the words come: --help prints the usage, and an unknown word is refused before any
-    # value is checked
-    words, extra, i = [], [], 0
-    while i < len(argv):
-        if argv[i] == "--":
-            extra = list(argv[i + 1:])
-            break
-        if argv[i] in VALUED and i + 1 < len(argv) and argv[i + 1] != "--":
-            words.append(f"{argv[i]}={argv[i + 1]}")
-            i += 2
-            continue
-        if argv[i] in ("-h", "--help"):
-            print(USAGE, end="")
-            raise SystemExit(0)
-        if argv[i] not in (*VALUED, "--dry-run", "--cpu-tiny", "--force") and argv[i].split("=", 1)[0] not in VALUED:
-            print(USAGE, end="", file=sys.stderr)
-            raise Refused(f"unknown argument '{argv[i]}' (fairseq-train arguments go after --)")
-        words.append(argv[i])
-        i += 1
-    parser = _Parser(prog="scripts/train.sh", add_help=False, allow_abbrev=False)
-    for flag, (dest, what) in VALUED.items():
-        parser.add_argument(flag, dest=dest, type=_value(flag, what), default=DEFAULTS.get(dest))
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--cpu-tiny", dest="tiny", action="store_true")
-    parser.add_argument("--force", action="store_true")
-    opts = parser.parse_args(words)
-    opts.extra = extra
+    words after ``--`` are ``extra``, for fairseq-train. An unknown word is refused before any
+    value is checked, and --help prints the help wherever it stands."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    options = parser()
+    opts, unknown = options.parse_known_args(list(argv[:cut]))
+    if opts.help:
+        print(options.format_help(), end="")
+        raise SystemExit(0)
+    if unknown:
+        print(options.format_usage(), end="", file=sys.stderr)
+        raise Refused(f"unknown argument '{unknown[0]}' (fairseq-train arguments go after --)")
+    for action in options._actions:
+        if isinstance(action, _Valued):
+            setattr(opts, action.dest, action.check(getattr(opts, action.dest)))
+    opts.extra = list(argv[cut + 1:])
     return opts
 
 
