@@ -11,6 +11,7 @@ at once, naming the first, while sweeps of other points may share the --out.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import re
@@ -25,55 +26,76 @@ from .records import SWEEP
 from .steps import shell_words
 from .task import is_task
 
-USAGE = """\
-usage: scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]
-
-  --data DIR        a folder made by examples/*/prepare.sh
-  --out DIR         one folder per run: csan1d_window{M}/ and csan2d_heads{N}/, each with its
-                    checkpoints, its dev-set evaluation (eval/) and sweep.json
-  --windows "M..."  1D window sizes, odd (default "3 5 7 9 11 13 15"; "" for none)
-  --heads "N..."    2D head areas, odd, at most the model's heads (default "1 3 5 7"; "" for none)
-  --window-2d M     the 2D runs' window (default 11, the paper's)
-  --last N          checkpoints to average for each evaluation (default 5)
-  --cpu-tiny        tiny CPU runs (train.sh --cpu-tiny; evaluation on the CPU), for tests
-  --dry-run         print each run's training and evaluation commands, and exit
-Arguments after -- go to scripts/train.sh (e.g. -- --gpus 8 --max-update 20000), and after
-a second -- to fairseq-train. A finished run is not retrained (train.sh resumes it, fairseq stops at once)
-and a finished evaluation is kept.
-"""
-VALUED = {"--data": "data", "--out": "out", "--windows": "windows", "--heads": "heads", "--window-2d": "window_2d",
-          "--last": "last"}
-MAY_BE_EMPTY = ("--windows", "--heads")  # "" leaves that half of the sweep out
-
-
 class Refused(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose every error is a :class:`Refused` of one line."""
+
+    def error(self, message):
+        found = re.fullmatch(r"argument ([-\w/]+): (.*)", message, re.S)
+        if found and found.group(2) == "expected one argument":
+            raise Refused(f"{found.group(1)} needs a value")
+        ignored = found and re.fullmatch(r"ignored explicit argument '(.*)'", found.group(2))
+        if ignored:
+            first = found.group(1).split("/")[0]
+            raise Refused(f"unknown argument '{first}={ignored.group(1)}'" if first.startswith("--")
+                          else f"unknown argument '{first}{ignored.group(1)}'")
+        raise Refused(message)
+
+
+# an option with a value: (flag, dest, metavar, default, help); a default of None is required
+VALUED = (
+    ("--data", "data", "DIR", None, "a folder made by examples/*/prepare.sh"),
+    ("--out", "out", "DIR", None, "one folder per run: csan1d_window{M}/ and csan2d_heads{N}/, each with its "
+     "checkpoints, its dev-set evaluation (eval/) and sweep.json"),
+    ("--windows", "windows", '"M..."', "3 5 7 9 11 13 15", '1D window sizes, odd (default "3 5 7 9 11 13 15"; "" '
+     "for none)"),
+    ("--heads", "heads", '"N..."', "1 3 5 7", '2D head areas, odd, at most the model\'s heads (default "1 3 5 7"; "" '
+     "for none)"),
+    ("--window-2d", "window_2d", "M", "11", "the 2D runs' window (default 11, the paper's)"),
+    ("--last", "last", "N", "5", "checkpoints to average for each evaluation (default 5)"),
+)
+MAY_BE_EMPTY = ("--windows", "--heads")  # "" leaves that half of the sweep out
+
+
+def parser() -> argparse.ArgumentParser:
+    """sweep.sh's options, each declared once."""
+    p = _Parser(prog="scripts/sweep.sh", add_help=False, allow_abbrev=False,
+                usage="scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Arguments after -- go to scripts/train.sh (e.g. -- --gpus 8 --max-update 20000), and after\n"
+                       "a second -- to fairseq-train. A finished run is not retrained (train.sh resumes it, fairseq\n"
+                       "stops at once) and a finished evaluation is kept.")
+    for flag, dest, metavar, _default, help_text in VALUED:
+        p.add_argument(flag, dest=dest, metavar=metavar, help=help_text)  # None: not given (defaults below)
+    p.add_argument("--cpu-tiny", dest="tiny", action="store_true",
+                   help="tiny CPU runs (train.sh --cpu-tiny; evaluation on the CPU), for tests")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="print each run's training and evaluation commands, and exit")
+    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    return p
+
+
 def parse(argv: List[str]) -> dict:
-    opts = dict(data="", out="", windows="3 5 7 9 11 13 15", heads="1 3 5 7", window_2d="11", last="5",
-                tiny=False, dry_run=False, extra=[], given=set())
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in VALUED:
-            if i + 1 >= len(argv) or (argv[i + 1] == "" and arg not in MAY_BE_EMPTY):
-                raise Refused(f"{arg} needs a value")
-            opts[VALUED[arg]] = argv[i + 1]
-            opts["given"].add(arg)
-            i += 2
-        elif arg in ("--cpu-tiny", "--dry-run"):
-            opts["tiny" if arg == "--cpu-tiny" else "dry_run"] = True
-            i += 1
-        elif arg in ("-h", "--help"):
-            print(USAGE, end="")
-            raise SystemExit(0)
-        elif arg == "--":
-            opts["extra"] = argv[i + 1:]
-            break
-        else:
-            print(USAGE, end="", file=sys.stderr)
-            raise Refused(f"unknown argument '{arg}'")
+    cut = argv.index("--") if "--" in argv else len(argv)
+    options = parser()
+    ns, unknown = options.parse_known_args(list(argv[:cut]))
+    if ns.help:
+        print(options.format_help(), end="")
+        raise SystemExit(0)
+    if unknown:
+        print(options.format_usage(), end="", file=sys.stderr)
+        raise Refused(f"unknown argument '{unknown[0]}'")
+    opts = dict(tiny=ns.tiny, dry_run=ns.dry_run, extra=list(argv[cut + 1:]), given=set())
+    for flag, dest, _metavar, default, _help in VALUED:
+        value = getattr(ns, dest)
+        if value is not None:
+            if value == "" and flag not in MAY_BE_EMPTY:
+                raise Refused(f"{flag} needs a value")
+            opts["given"].add(flag)
+        opts[dest] = value if value is not None else (default or "")
     return opts
 
 
