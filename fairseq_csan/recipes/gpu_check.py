@@ -40,7 +40,7 @@ GPU hour is spent.
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import os
 import shlex
 import subprocess
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List
 
-from .ownership import write_atomically
+from .records import GPU_STEP, Damaged
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
@@ -219,16 +219,18 @@ def missing_input(args) -> str:
     return ""
 
 
-def read_record(stamp: Path) -> dict:
-    """A step's record, or {} when there is none or it is damaged (a kill while it was written)."""
+def step_record(name: str):
+    """The record kind of one step, OUT/.steps/NAME.json (records.GPU_STEP)."""
+    return dataclasses.replace(GPU_STEP, file=f"{name}.json")
+
+
+def read_record(stamps: Path, name: str) -> dict:
+    """A step's record, or {} when there is none or it is damaged (cut short, or changed by hand):
+    the step runs again."""
     try:
-        return json.loads(stamp.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return step_record(name).read(stamps) or {}
+    except Damaged:
         return {}
-
-
-def write_record(stamp: Path, record: dict) -> None:
-    write_atomically(stamp, json.dumps(record, indent=1) + "\n")
 
 
 def run_step(step: Step, log: Path, env: dict) -> int:
@@ -386,8 +388,7 @@ def main(argv=None) -> None:
     say(f"{machine}; {len(steps)} steps, logs in {args.out}")
     started, results, ran = time.time(), [], 0
     for number, step in enumerate(steps, 1):
-        stamp = stamps / f"{step.name}.json"
-        record = read_record(stamp)
+        record = read_record(stamps, step.name)
         log = args.out / f"{step.name}.log"
         # kept: the same command, on the same machine and software, passed, and its outputs are there
         if (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
@@ -412,9 +413,10 @@ def main(argv=None) -> None:
         seconds = time.time() - begun
         ran += 1
         outcome = "passed" if status == 0 else f"FAILED (exit {status})"
-        write_record(stamp, {"command": step.shown, "machine": machine, "status": outcome.split(" ")[0].lower(),
-                             "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M"),
-                             "outputs": [str(path) for path in step.outputs]})
+        step_record(step.name).write(stamps, {
+            "command": step.shown, "machine": machine, "status": outcome.split(" ")[0].lower(),
+            "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M"),
+            "outputs": [str(path) for path in step.outputs]})
         say(f"{number}/{len(steps)} {step.name}: {outcome} in {minutes(seconds)}")
         results.append((step.name, outcome, seconds, log))
     day = time.strftime('%Y-%m-%d', time.gmtime())

@@ -8,6 +8,7 @@
     REPRODUCTION  settings.json      multi30k     a Multi30k reproduction's settings
     TIMING        timing.json        multi30k     one finished run's times (written last: the run is done)
     TOY           toy_corpus.json    toy_corpus   the files it wrote, by SHA-256 (a user's train.en is not replaced)
+    GPU_STEP      .steps/NAME.json   gpu_check    one step: its command, machine, status, time and outputs
 
 A record is a JSON object of its kind's fields, each of the field's type, written atomically
 (a temporary of the writer's own, fsynced, then renamed: ``ownership.write_atomically``).
@@ -150,7 +151,10 @@ REPRODUCTION = Kind("reproduction", "settings.json", {
     open_fields=True)
 TIMING = Kind("timing", "timing.json", {"train_s": "float", "total_s": "float"}, open_fields=True)
 TOY = Kind("toy corpus", "toy_corpus.json", {"files": "json"})  # what the toy corpus wrote (name -> SHA-256)
-KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING, TOY)
+# one step of gpu_check, in OUT/.steps/NAME.json (gpu_check.step_record names the file)
+GPU_STEP = Kind("gpu-check step", "STEP.json", {"command": "text", "machine": "text", "status": "text",
+                                                "seconds": "float", "finished": "text", "outputs": "list"})
+KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING, TOY, GPU_STEP)
 
 
 # ------------------------------------------------------------------ what a model is made from
