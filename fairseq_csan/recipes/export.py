@@ -60,16 +60,17 @@ def load_state(checkpoint: Path, overrides: dict) -> dict:
         raise ExportError(f"cannot read the checkpoint {checkpoint}: {type(error).__name__}: {error}") from None
 
 
-def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> None:
+def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> dict:
     """The checkpoint must be made from the task's data as it is now, where the kit's record of
     it says (records.check_made_from: the dictionaries' and training data's SHA-256), and its
-    embedding tables must have the sizes of the task's dictionaries."""
+    embedding tables must have the sizes of the task's dictionaries. Returns the task's
+    ``made_from`` (records.made_from), for the record of what is made of it."""
     from fairseq.data import Dictionary
 
     from .records import Damaged, OtherData, check_made_from
 
     try:
-        check_made_from(checkpoint, task.data_bin, str(task.root))
+        now = check_made_from(checkpoint, task.data_bin, str(task.root))
     except (OtherData, Damaged) as error:
         raise ExportError(str(error)) from None
     weights = state["model"]
@@ -80,6 +81,7 @@ def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> Non
             raise ExportError(f"{checkpoint} was not trained on {task.root}: its {side} has {table.shape[0]} "
                               f"embeddings, dict.{lang}.txt has {size} entries; give the task folder it was "
                               "trained on")
+    return now
 
 
 def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
@@ -89,7 +91,7 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     from omegaconf import OmegaConf, open_dict
 
     state = load_state(checkpoint, hub_overrides(task, data=".", bpe_codes="bpecodes"))
-    check_dictionaries(state, task, checkpoint)
+    made_from = check_dictionaries(state, task, checkpoint)
     cfg = state["cfg"]  # fairseq's loader gives an OmegaConf config, the overrides set
     with open_dict(cfg):
         cfg.common.user_dir = None  # the training machine's path; importing the plugin is the user's part
@@ -100,10 +102,8 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     for lang in (task.src, task.tgt):
         shutil.copyfile(task.data_bin / f"dict.{lang}.txt", folder / f"dict.{lang}.txt")
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")
-    from .records import made_from
-
     about = {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
-             "made_from": made_from(task.data_bin),  # the task's dictionaries and training data it was checked against
+             "made_from": made_from,  # the task's dictionaries and training data it was checked against
              "tokenizer": TOKENIZER, "bpe": "subword_nmt", **decoding.generation_overrides(),
              "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}}
     (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")

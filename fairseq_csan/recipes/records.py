@@ -207,22 +207,25 @@ def lineage(checkpoint) -> Optional[Tuple[Path, Optional[dict]]]:
     return None
 
 
-def check_made_from(checkpoint, binary, task_name) -> None:
+def check_made_from(checkpoint, binary, task_name) -> Dict[str, str]:
     """Refuse (OtherData, one line naming both) a checkpoint whose record says it was made from
     other files than ``binary`` holds now: a task prepared again since (a new dictionary of the
     same size, other training data), or another task. A checkpoint without a record of the kit's
-    passes (its embedding sizes are still checked against the dictionaries)."""
+    passes (its embedding sizes are still checked against the dictionaries). Returns what
+    ``binary`` holds now (``made_from``), hashed once for the caller's own record too."""
+    now = made_from(binary)
     found = lineage(checkpoint)
     if found is None:
-        return
+        return now
     record, then = found
     if then == "earlier":
         raise OtherData(f"{checkpoint} comes from a folder that an earlier version of the kit wrote ({record} does "
                         "not say which data it was made from): train (or evaluate) it again with this version")
     if then is None:  # an evaluation of checkpoints that no record spoke for: as unknown as they were
-        return
-    changed = changed_since(then, made_from(binary))
+        return now
+    changed = changed_since(then, now)
     if changed:
         raise OtherData(f"{checkpoint} was made from other data than {task_name} holds now: {changed}, as "
                         f"{record} recorded it; the task was prepared again or is another one. Give the task "
                         "folder it was trained on, or train again")
+    return now

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import List
 
+from .command_line import Parser
 from .ownership import Refusal, WriterLock
 from .records import SWEEP
 from .steps import shell_words
@@ -28,21 +29,6 @@ from .task import is_task
 
 class Refused(Exception):
     pass
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose every error is a :class:`Refused` of one line."""
-
-    def error(self, message):
-        found = re.fullmatch(r"argument ([-\w/]+): (.*)", message, re.S)
-        if found and found.group(2) == "expected one argument":
-            raise Refused(f"{found.group(1)} needs a value")
-        ignored = found and re.fullmatch(r"ignored explicit argument '(.*)'", found.group(2))
-        if ignored:
-            first = found.group(1).split("/")[0]
-            raise Refused(f"unknown argument '{first}={ignored.group(1)}'" if first.startswith("--")
-                          else f"unknown argument '{first}{ignored.group(1)}'")
-        raise Refused(message)
 
 
 # an option with a value: (flag, dest, metavar, default, help); a default of None is required
@@ -62,10 +48,9 @@ MAY_BE_EMPTY = ("--windows", "--heads")  # "" leaves that half of the sweep out
 
 def parser() -> argparse.ArgumentParser:
     """sweep.sh's options, each declared once."""
-    p = _Parser(prog="scripts/sweep.sh", add_help=False, allow_abbrev=False,
-                usage="scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]",
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Arguments after -- go to scripts/train.sh (e.g. -- --gpus 8 --max-update 20000), and after\n"
+    p = Parser(prog="scripts/sweep.sh", refusal=Refused,
+               usage="scripts/sweep.sh --data DIR --out DIR [options] [-- TRAIN.SH ARGS]",
+               epilog="Arguments after -- go to scripts/train.sh (e.g. -- --gpus 8 --max-update 20000), and after\n"
                        "a second -- to fairseq-train. A finished run is not retrained (train.sh resumes it, fairseq\n"
                        "stops at once) and a finished evaluation is kept.")
     for flag, dest, metavar, _default, help_text in VALUED:
@@ -74,21 +59,12 @@ def parser() -> argparse.ArgumentParser:
                    help="tiny CPU runs (train.sh --cpu-tiny; evaluation on the CPU), for tests")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="print each run's training and evaluation commands, and exit")
-    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     return p
 
 
 def parse(argv: List[str]) -> dict:
-    cut = argv.index("--") if "--" in argv else len(argv)
-    options = parser()
-    ns, unknown = options.parse_known_args(list(argv[:cut]))
-    if ns.help:
-        print(options.format_help(), end="")
-        raise SystemExit(0)
-    if unknown:
-        print(options.format_usage(), end="", file=sys.stderr)
-        raise Refused(f"unknown argument '{unknown[0]}'")
-    opts = dict(tiny=ns.tiny, dry_run=ns.dry_run, extra=list(argv[cut + 1:]), given=set())
+    ns, extra = parser().read(argv)
+    opts = dict(tiny=ns.tiny, dry_run=ns.dry_run, extra=extra, given=set())
     for flag, dest, _metavar, default, _help in VALUED:
         value = getattr(ns, dest)
         if value is not None:

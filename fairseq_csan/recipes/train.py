@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from .command_line import Parser
 from .records import RUN, TASK, changed_since, made_from
 from .records import Damaged as DamagedRecord
 from .steps import shell_words
@@ -56,24 +57,6 @@ def log(message: str) -> None:
 
 
 # ---------------------------------------------------------------------------- the options
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose every error is a :class:`Refused` naming the option and what it needs."""
-
-    def error(self, message):
-        found = re.fullmatch(r"argument ([-\w/]+): (.*)", message, re.S)
-        if found is None:
-            raise Refused(message)
-        flag, why = found.groups()
-        if why == "expected one argument":
-            raise Refused(f"{flag} needs {self._option_string_actions[flag].what}")
-        ignored = re.fullmatch(r"ignored explicit argument '(.*)'", why)
-        if ignored:  # --dry-run=1, -hx: a flag given a value
-            first = flag.split("/")[0]
-            word = f"{first}={ignored.group(1)}" if first.startswith("--") else first + ignored.group(1)
-            raise Refused(f"unknown argument '{word}' (fairseq-train arguments go after --)")
-        raise Refused(why if why.startswith(flag) else f"{flag}: {why}")
-
 
 class _Valued(argparse.Action):
     """An option with a value, kept as given while the words are read, then checked
@@ -104,10 +87,9 @@ class _Valued(argparse.Action):
 
 def parser() -> argparse.ArgumentParser:
     """train.sh's options, each declared once: its help, default, what it needs and its check."""
-    p = _Parser(prog="scripts/train.sh", add_help=False, allow_abbrev=False,
-                usage="scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]",
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Arguments after -- go to fairseq-train unchanged and override the ones above, but for\n"
+    p = Parser(prog="scripts/train.sh", refusal=Refused, unknown_hint=" (fairseq-train arguments go after --)",
+               usage="scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]",
+               epilog="Arguments after -- go to fairseq-train unchanged and override the ones above, but for\n"
                        "--save-dir, --arch, --seed and --user-dir, which the run's lock and record follow: give\n"
                        "train.sh's own. A value that starts with '-' is given as --option=VALUE.")
 
@@ -164,7 +146,6 @@ def parser() -> argparse.ArgumentParser:
                    "3+2 layers) for a few updates (default 16), a checkpoint every max-update/8 updates, at least 2 (8 "
                    "checkpoints when max-update >= 16, enough for evaluate.sh's default average of 5), fp32 (or "
                    "--precision bf16); for tests and first tries")
-    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     return p
 
 
@@ -172,19 +153,11 @@ def parse(argv: List[str]) -> argparse.Namespace:
     """The options, typed (numbers are ints; an option not given is None or its default); the
     words after ``--`` are ``extra``, for fairseq-train. An unknown word is refused before any
     value is checked, and --help prints the help wherever it stands."""
-    cut = argv.index("--") if "--" in argv else len(argv)
     options = parser()
-    opts, unknown = options.parse_known_args(list(argv[:cut]))
-    if opts.help:
-        print(options.format_help(), end="")
-        raise SystemExit(0)
-    if unknown:
-        print(options.format_usage(), end="", file=sys.stderr)
-        raise Refused(f"unknown argument '{unknown[0]}' (fairseq-train arguments go after --)")
+    opts, opts.extra = options.read(argv)
     for action in options._actions:
         if isinstance(action, _Valued):
             setattr(opts, action.dest, action.check(getattr(opts, action.dest)))
-    opts.extra = list(argv[cut + 1:])
     return opts
 
 
