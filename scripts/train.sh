@@ -18,7 +18,7 @@
 #     --no-epoch-checkpoints --log-format simple --log-interval 100 --seed 1
 #
 # (big: --lr 0.000494 --dropout 0.3 --max-update 300000; N GPUs: --update-freq 8/N.) Before it
-# runs, the save folder is locked (SAVE/train.lock: one training per folder), its run.json must
+# runs, the save folder is locked (SAVE/.lock: one training per folder), its run.json must
 # name the same run, and a checkpoint_last.pt cut short by a kill is replaced by the newest
 # intact checkpoint. The log goes to SAVE/train.log; killing this script ends the trainer.
 set -euo pipefail

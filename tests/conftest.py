@@ -40,7 +40,7 @@ SHARED_DATA = Path(os.environ.get("CSAN_SHARED_DATA", REPO.parent / "shared" / "
 # process running a long file alone while the other waits (its own order, by number of tests,
 # would leave test_readme.py, six tests, one of them five minutes long, for last).
 LONGEST_FIRST = ("test_install.py", "test_quickstart.py", "test_evaluate.py", "test_train.py", "test_readme.py",
-                 "test_prepare_files.py", "test_gpu_check.py", "test_ownership.py", "test_distributed.py",
+                 "test_prepare_files.py", "test_gpu_check.py", "test_runner.py", "test_distributed.py",
                  "test_benchmark.py", "test_sweep.py", "test_docs.py")
 
 

@@ -45,7 +45,7 @@ def in_process(main, argv, check=True, cwd=REPO):
     import io
     from unittest import mock
 
-    from fairseq_csan.recipes.ownership import _HELD
+    from fairseq_csan.recipes.runner import _HELD
 
     def no_exec(*args, **kwargs):
         raise AssertionError(f"{argv}: main would replace this process (os.exec*); run it as a process instead")
@@ -244,7 +244,7 @@ def aspec_folder(root, kftt):
 
 def hold_lock(target, folder):
     """Another process holding the writer lock on ``target``, until it is killed."""
-    code = ("import sys, time; from fairseq_csan.recipes.ownership import WriterLock; "
+    code = ("import sys, time; from fairseq_csan.recipes.runner import WriterLock; "
             f"WriterLock(sys.argv[1], folder={folder}, what='a test writer').acquire(); print('held', flush=True); "
             "time.sleep(600)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)

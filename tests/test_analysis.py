@@ -148,11 +148,7 @@ def test_gate_means_by_hand():
 def test_window_sweep_collects_runs_in_order(tmp_path):
     for name, kind, value, bleu in (("csan1d_window11", "window", 11, 27.5), ("csan1d_window3", "window", 3, 26.0),
                                     ("csan2d_heads3", "heads", 3, 28.1), ("csan2d_heads1", "heads", 1, 27.7)):
-        if value == 3:  # a run of a sweep made before records.py: its sweep.env
-            write(tmp_path / "sweep" / name / "sweep.env", [f"kind={kind}", f"value={value}", "arch=a", "flags=f"])
-        else:
-            write(tmp_path / "sweep" / name / "sweep.json",
-                  [json.dumps({"kind": kind, "value": value, "arch": "a", "flags": "f"})])
+        write(tmp_path / "sweep" / name / "sweep.json", [json.dumps({"kind": kind, "value": value, "arch": "a", "flags": "f"})])
         (tmp_path / "sweep" / name / "eval").mkdir()
         (tmp_path / "sweep" / name / "eval/results.json").write_text(json.dumps({"bleu_tok": bleu, "sacrebleu": bleu - 1}))
     write(tmp_path / "sweep/unfinished/sweep.json", ['{"kind": "window", "value": 5}'])
@@ -164,6 +160,9 @@ def test_window_sweep_collects_runs_in_order(tmp_path):
     assert (tmp_path / "out/window_sweep.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="no evaluated runs"):
         window_sweep.collect(tmp_path / "empty", "bleu_tok")
+    write(tmp_path / "sweep/csan1d_window5/sweep.env", ["kind=window", "value=5"])  # an earlier version's run
+    with pytest.raises(SystemExit, match="sweep.env was written by an earlier version of the kit"):
+        window_sweep.collect(tmp_path / "sweep", "bleu_tok")
 
 
 def test_analysis_commands_name_a_missing_file(tmp_path):

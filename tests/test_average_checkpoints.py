@@ -9,6 +9,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from conftest import TINY, build_model
 from fairseq_csan.recipes import average_checkpoints
+from fairseq_csan.recipes.runner import write_whole
 
 
 def save(path, model, args, updates):
@@ -78,12 +79,19 @@ def test_epoch_checkpoints_when_there_are_no_update_checkpoints(tmp_path):
 def test_refusals(checkpoints, tmp_path):
     models, paths, _ = checkpoints
     out = tmp_path / "average.pt"
-    out.write_bytes(b"keep me")
-    with pytest.raises(SystemExit, match="exists; pass --force"):
-        average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out)])
+    out.write_bytes(b"keep me")  # a file of the user's: never replaced, --force or not
+    for force in ([], ["--force"]):
+        with pytest.raises(SystemExit, match="exists, and average_checkpoints did not write it"):
+            average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out), *force])
     assert out.read_bytes() == b"keep me"
-    average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out), "--force"])
-    assert out.read_bytes() != b"keep me"
+    out.unlink()
+    average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out)])
+    first = out.read_bytes()
+    with pytest.raises(SystemExit, match=r"exists \(an earlier output of average_checkpoints\): pass --force"):
+        average_checkpoints.main(["--inputs", str(paths[1]), "--output", str(out)])
+    average_checkpoints.main(["--inputs", str(paths[1]), "--output", str(out), "--force"])
+    assert out.read_bytes() != first
+    assert sorted(p.name for p in tmp_path.glob(".average.pt*")) == [".average.pt.written.json"]
     with pytest.raises(SystemExit, match="missing checkpoint .*nowhere.pt"):
         average_checkpoints.main(["--inputs", str(paths[0]), str(tmp_path / "nowhere.pt"), "--output", str(tmp_path / "x.pt")])
     with pytest.raises(SystemExit, match="--last 5 needs 5 numbered checkpoints .* found 3"):
@@ -158,9 +166,9 @@ def test_every_option_changes_the_average_or_is_refused(checkpoints, tmp_path, c
 
     def plan(extra):
         out = tmp_path / "walk" / f"{next(runs)}.pt"
-        if "--force" in extra:  # what --force is for: an --output that is there already
+        if "--force" in extra:  # what --force is for: an --output of its own that is there already
             out.parent.mkdir(exist_ok=True)
-            out.write_bytes(b"older")
+            write_whole(out, b"older", "average_checkpoints")
         argv = ["--dir", tmp_path, "--last", "2", "--output", out, *extra]
         if "--output" in extra or "--list" in extra:
             argv = argv[:4] + argv[6:]

@@ -44,7 +44,7 @@ def interactive(folder, source):
 
 def translate(folder, source, out):
     """translate.py --model FOLDER, for its refusal: its main in this process (``recipe_main``;
-    translate.py's door runs in tests/test_translate.py and tests/test_ownership.py)."""
+    translate.py's door runs in tests/test_translate.py and tests/test_runner.py)."""
     from recipe_helpers import recipe_main
 
     return recipe_main("translate", "--model", folder, "--input", source, "--output", out, "--cpu")

@@ -67,18 +67,31 @@ def test_refusals_name_the_flag(tmp_path, capsys):
 
 
 def test_a_folder_prepared_before_the_languages_were_recorded_reads_as_it_was(tmp_path):
-    """recipe.env of before: no tests, no tokenisers; read as one test set and the rules its
-    languages have always had, and a rerun with the same settings is not refused."""
-    from fairseq_csan.recipes.task import PreparedTask
+    """A task.json without tests or tokenisers: read as one test set and the rules its languages
+    have always had, and a rerun with the same settings is not refused. A folder of an earlier
+    version of the kit (recipe.env alone) is refused, and --force prepares it again."""
+    import json
 
-    old = ["task=wmt17_zh_en", "src=zh", "tgt=en", "merges=32000", "joint_bpe=0", "clean_max_len=250", "clean_ratio=9"]
-    write(tmp_path / "recipe.env", old)
+    from fairseq_csan.recipes.task import NotATask, PreparedTask
+
+    old = {"task": "wmt17_zh_en", "src": "zh", "tgt": "en", "merges": 32000, "joint_bpe": False, "clean_max_len": 250,
+           "clean_ratio": 9.0}
+    write(tmp_path / "task.json", [json.dumps(old)])
     (tmp_path / "data-bin").mkdir()
     task = PreparedTask.open(tmp_path)
     assert task.test_sets == ["test"] and task.splits == ["train", "valid", "test"]
     assert (task.tokenizer_src, task.tokenizer_tgt) == ("jieba", "moses en")
     again = PreparedTask.create(tmp_path, dict(task.settings))
     assert again.settings == task.settings
+
+    earlier = tmp_path / "earlier"
+    (earlier / "data-bin").mkdir(parents=True)
+    write(earlier / "recipe.env", ["task=wmt17_zh_en", "src=zh", "tgt=en"])
+    with pytest.raises(NotATask, match="recipe.env was written by an earlier version of the kit"):
+        PreparedTask.open(earlier)
+    with pytest.raises(NotATask, match="earlier version"):
+        PreparedTask.create(earlier, dict(task.settings))
+    assert PreparedTask.create(earlier, dict(task.settings), force=True).settings == again.settings
 
 
 def test_help_without_a_task_is_help(capsys):

@@ -73,7 +73,7 @@ def kit_module(program: tuple):
     a door whose last line runs one (``exec python -m MODULE WORDS "$@"``); None for any other
     program."""
     if program[:2] == ("python", "-m") and program[2].startswith("fairseq_csan"):
-        return program[2], []
+        return program[2], list(program[3:])  # with its subcommand, if any
     if program[0] == "python" and program[1].startswith("scripts/") and program[1].endswith(".py"):
         script = (REPO / program[1]).read_text(encoding="utf-8")
         found = re.search(r"^from (fairseq_csan[\w.]*) import main$", script, re.M)
@@ -203,6 +203,10 @@ def test_every_command_names_real_scripts_flags_and_paths():
                 problems.append(f"{where}: TORCH_INDEX does not reach pip")
             continue
         known = help_text(program)
+        if kit_module(program) and rest and re.search(rf"^\s+{re.escape(rest[0])}\s", known, re.M):
+            # argparse's subcommand (prepare files, a preset): its own --help lists its options
+            program, rest = (*program, rest[0]), rest[1:]
+            known = help_text(program)
         problems += [f"{where}: {program[-1]} does not list {flag} as an option" for flag in flags(rest)
                      if not lists_option(known, flag)]
         for i, word in enumerate(rest):

@@ -203,17 +203,18 @@ def test_a_misspelt_architecture_stops_before_the_folder_is_claimed(tmp_path):
 
 
 def test_a_second_training_on_a_locked_folder_is_refused(tmp_path):
-    """A trainer that holds SAVE/train.lock (here: this test) keeps every other train.sh out."""
+    """A trainer that holds SAVE/.lock (here: this test) keeps every other train.sh out."""
     data = fake_task(tmp_path)
     save = tmp_path / "ck"
     save.mkdir()
-    with open(save / "train.lock", "w") as held:
+    with open(save / ".lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        held.write("train.sh pid 1, trainer pid 2 on elsewhere\n")
+        held.write("train.sh (pid 1 on elsewhere), trainer pid 2")
         held.flush()
         done = run([*TRAIN_SH, "--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny"], check=False)
     assert done.returncode == 2
-    assert f"{save} is in use by another training (train.sh pid 1, trainer pid 2 on elsewhere)" in done.stderr
+    assert f"{save} is being written by train.sh (pid 1 on elsewhere), trainer pid 2; wait for it to end, or give " \
+           "another --save-dir" in done.stderr
     assert not (save / "run.json").exists() and not (save / "train.log").exists()
 
 
@@ -326,7 +327,7 @@ def wait_for(condition, seconds, what):
 
 
 def trainer_pid(save):
-    m = re.search(r"trainer pid (\d+)", (save / "train.lock").read_text())
+    m = re.search(r"trainer pid (\d+)", (save / ".lock").read_text())
     return int(m.group(1)) if m else None
 
 
@@ -360,7 +361,7 @@ def test_the_lock_outlives_a_killed_train_sh_and_sigterm_ends_the_trainer(data_b
         time.sleep(1)
         assert alive(orphan)
         refused = run(long_run, check=False)
-        assert refused.returncode == 2 and "is in use by another training" in refused.stderr
+        assert refused.returncode == 2 and f"{save} is being written by train.sh" in refused.stderr
         assert f"trainer pid {orphan}" in refused.stderr
         os.kill(orphan, signal.SIGTERM)
         wait_for(lambda: not alive(orphan), 60, "the orphaned trainer to end")
@@ -378,8 +379,7 @@ def test_the_lock_outlives_a_killed_train_sh_and_sigterm_ends_the_trainer(data_b
         assert f"SIGTERM: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
         assert f"the trainer (pid {trainer}) stopped after SIGTERM" in err and "resuming from" in err
         assert not alive(trainer)
-        with open(save / "train.lock") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free
+        assert not (save / ".lock").exists()  # removed by its holder: free
     finally:
         for p in started:
             if isinstance(p, int):
@@ -417,7 +417,7 @@ def test_sigint_stops_the_trainer_when_the_caller_ignored_it(data_bin, tmp_path)
     finally:
         if shell.poll() is None:
             shell.kill()
-        pid = trainer_pid(save) if (save / "train.lock").exists() else None
+        pid = trainer_pid(save) if (save / ".lock").exists() else None
         if pid and alive(pid):
             os.kill(pid, signal.SIGKILL)
 
@@ -438,8 +438,8 @@ while True:
 # the kit's run() on a plan for one process, with that trainer in place of fairseq-train
 RUN_WITH_TRAINER = """
 import sys
-from fairseq_csan.recipes import train as kit
-kit.RESEND_S = 2
+from fairseq_csan.recipes import runner, train as kit
+runner.RESEND_S = 2
 data, save, launcher, trainer = sys.argv[1:]
 plan = kit.build(kit.parse(["--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny"]))
 plan.update(save_given=save, cmd=[sys.executable, "-c", trainer], launcher=launcher)
@@ -818,18 +818,16 @@ def test_force_removes_only_what_a_training_wrote(tmp_path):
             "train_command.sh"]
     for name in ours:
         (save / name).write_text(name)
-    lock = save / "train.lock"
-    lock.write_text("held")
-    (save / "train.node1.lock").write_text("another machine's")
+    (save / ".lock").write_text("held")
+    (save / ".node1.lock").write_text("another machine's")
     with pytest.raises(kit.Refused, match="holds no run record of the kit's"):
-        kit.start_over(save, lock)
+        kit.start_over(save)
     kit.RUN.write(save, {"arch": "transformer", "data": "d", "seed": 1})
     (save / "notes.txt").write_text("a user's notes")
     with pytest.raises(kit.Refused, match=r"holds what a training did not write \(notes.txt\)"):
-        kit.start_over(save, lock)
-    assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", "train.lock",
-                                                              "train.node1.lock"])
+        kit.start_over(save)
+    assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", ".lock", ".node1.lock"])
     (save / "notes.txt").unlink()
-    assert kit.start_over(save, lock) == [f"--force: removed 7 file(s) of the earlier run in {save} (checkpoints, log, record)"]
-    assert sorted(p.name for p in save.iterdir()) == ["train.lock", "train.node1.lock"]
-    assert kit.start_over(save, lock) == []  # nothing left to remove
+    assert kit.start_over(save) == [f"--force: removed 7 file(s) of the earlier run in {save} (checkpoints, log, record)"]
+    assert sorted(p.name for p in save.iterdir()) == [".lock", ".node1.lock"]
+    assert kit.start_over(save) == []  # nothing left to remove

@@ -10,6 +10,7 @@ import pytest
 from recipe_helpers import fake_task, in_process, lines, refusal_of, walk_options, write
 
 from fairseq_csan.recipes import translate
+from fairseq_csan.recipes.runner import write_whole
 from fairseq_csan.recipes.translate import pieces
 
 TRANSLATE = [sys.executable, "-m", "fairseq_csan.recipes.translate"]
@@ -95,11 +96,20 @@ def test_odd_lines_keep_their_place(tiny, tmp_path):
     # the same sentence with a blank of another kind is the same sentence
     assert got[0] and all(got[i] == got[0] for i in (1, 3, 4, 5, 7)), got
     assert len(lines(tmp_path / "out.de.tok")) == len(rows)
-    # nothing overwritten without --force
-    # (translate's main in this process: refused before it reads its input)
+    # nothing overwritten without --force, and a file translate.py did not write (or that was
+    # changed since) not even with it (translate's main in this process: refused before it reads
+    # its input)
     again = in_process(translate.main, ["--data", task, "--checkpoint", checkpoint, "--input", "-", "--output", out,
                                         "--cpu"], check=False)
-    assert again.returncode == 2 and "exist; pass --force to overwrite" in again.stderr
+    assert again.returncode == 2 and f"--output {out} exists (an earlier output of translate.py): pass --force" \
+        in again.stderr
+    edited = out.read_bytes() + b"a line of the user's\n"
+    out.write_bytes(edited)
+    forced = in_process(translate.main, ["--data", task, "--checkpoint", checkpoint, "--input", "-", "--output", out,
+                                         "--cpu", "--force"], check=False)
+    assert forced.returncode == 2 and f"--output {out} exists, and translate.py did not write it (or it was changed " \
+        "since)" in forced.stderr
+    assert out.read_bytes() == edited
 
 
 @pytest.mark.slow
@@ -172,8 +182,9 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
     def plan_of(base):
         def plan(extra):
             out = tmp_path / "walk" / f"{next(runs)}.de"
-            if "--force" in extra:  # what --force is for: an output that is there already
-                write(out, ["an older translation"])
+            if "--force" in extra:  # what --force is for: an output of translate.py's that is there already
+                out.parent.mkdir(parents=True, exist_ok=True)
+                write_whole(out, "an older translation\n", "translate.py")
             record = []
 
             def decode(hub, lines_, beam, lenpen, every):
@@ -184,8 +195,8 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
                 return lines_, lines_
 
             monkeypatch.setattr(translate, "translate_lines", decode)
-            monkeypatch.setattr(translate, "write_atomically",
-                                lambda path, rows: record.append(("write", str(path), path.exists())))
+            monkeypatch.setattr(translate, "write_whole",
+                                lambda path, data, by: record.append(("write", str(path), path.exists())))
             refused = refusal_of(translate.main, [*base, "--input", source, "--output", out, "--cpu", *extra], capsys)
             return repr(record).replace(str(out), "OUT"), refused
         return plan

@@ -13,7 +13,8 @@ usage: python -m fairseq_csan.recipes.average_checkpoints --inputs A.pt B.pt ...
 
 With --dir/--last, the N newest numbered checkpoints are taken: checkpoint_E_U.pt (saved
 every --save-interval-updates) when the folder has any, else checkpointE.pt (one per epoch).
-An existing --output is never overwritten without --force.
+An existing --output is replaced only with --force, and only where average_checkpoints wrote it
+(its record, .NAME.written.json beside it, says so): a file of anyone else's is never replaced.
 """
 
 import argparse
@@ -189,7 +190,8 @@ def main(argv=None):
     source.add_argument("--dir", type=Path, help="a checkpoint folder; with --last N")
     parser.add_argument("--last", type=int, help="how many of the newest numbered checkpoints in --dir")
     parser.add_argument("--output", type=Path)
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an --output that average_checkpoints wrote before (never anyone else's file)")
     parser.add_argument("--list", action="store_true", help="print the checkpoints it would average, and exit")
     args = parser.parse_args(argv)
     if args.output is None and not args.list:
@@ -205,11 +207,10 @@ def main(argv=None):
     if args.list:
         print("\n".join(str(p) for p in paths))
         return
-    from .ownership import Refusal, WriterLock, atomic, check_writable, refuse_overlaps
+    from .runner import Refusal, WriterLock, atomic, check_replaceable, check_writable, keep_written, refuse_overlaps
 
-    def check_output():
-        if args.output.exists() and not args.force:
-            raise SystemExit(f"average_checkpoints: {args.output} exists; pass --force to overwrite it")
+    def check_output():  # only an average of its own, unchanged since, is replaced (with --force)
+        check_replaceable(args.output, "average_checkpoints", args.force, "--output")
 
     try:  # --force never replaces a checkpoint that is being averaged
         refuse_overlaps({"--output": args.output}, {f"input {i + 1}": p for i, p in enumerate(paths)})
@@ -219,13 +220,17 @@ def main(argv=None):
     except Refusal as error:
         raise SystemExit(f"average_checkpoints: {error}")
     try:
-        check_output()  # again under the lock: a run that just ended may have written it
+        try:
+            check_output()  # again under the lock: a run that just ended may have written it
+        except Refusal as error:
+            raise SystemExit(f"average_checkpoints: {error}")
         print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}",
               file=sys.stderr)
         averaged = average(paths)
         args.output.parent.mkdir(parents=True, exist_ok=True)
         with atomic(args.output) as (part,):
             torch_persistent_save(averaged, str(part))
+        keep_written(args.output, "average_checkpoints")
     finally:
         held.release()
     print(f"average_checkpoints: wrote {args.output}", file=sys.stderr)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from . import text
-from .ownership import atomic
+from .runner import atomic
 
 WMT17 = "https://data.statmt.org/wmt17/translation-task"
 WMT17_PAGE = "https://www.statmt.org/wmt17/translation-task.html"

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from . import decoding
 from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
-from .ownership import Refusal, WriterLock, listing, refuse_overlaps
-from .records import EVALUATION, RUN, Damaged, lineage
-from .steps import Step, make, shell_words
+from .runner import Refusal, WriterLock, listing, refuse_overlaps
+from .runner import EVALUATION, RUN, Damaged, lineage
+from .runner import shell_words
+from .steps import Step, make
 from .task import NotATask, PreparedTask
 from .. import user_dir
 
@@ -289,11 +290,11 @@ def main(argv=None) -> None:
     # what this evaluation is of: the checkpoint files and the settings (their content is the
     # steps' business: a changed checkpoint or test set redoes the steps after it)
     try:
-        held, old_form = EVALUATION.read_with_form(out) or (None, False)
-    except Damaged as e:
+        held = EVALUATION.read(out)
+    except Damaged as e:  # an earlier version's evaluation.env too
         if not args.force:
             die(f"{e}; use --force to redo the evaluation, or another --out")
-        held, old_form = {}, False  # redone, as an evaluation of other settings
+        held = {}  # redone, as an evaluation of other settings
     # what the checkpoints were made from, as their record says (model_settings refused a task
     # prepared again since): the average written here carries it on, to export and translate.py
     found = lineage(inputs[-1])
@@ -301,12 +302,10 @@ def main(argv=None) -> None:
         checkpoints=[str(p.resolve()) for p in inputs], averaged=not args.checkpoint, subset=args.subset,
         beam=args.beam, lenpen=args.lenpen, batch_size=args.batch_size, decoding=" ".join(hw) or "gpu fp32",
         made_from=found[1] if found else None))
-    compared = dict(identity, lenpen=float(f"{args.lenpen:g}")) if old_form else identity  # evaluation.env kept :g
-    if held is not None and held != compared:
+    if held is not None and held != identity:
         if not args.force:
-            shown = EVALUATION.path(out) if EVALUATION.path(out).is_file() else out / EVALUATION.old
-            die(f"{out} holds an evaluation of other checkpoints or settings (see {shown}); use --force to redo it, "
-                "or another --out")
+            die(f"{out} holds an evaluation of other checkpoints or settings (see {EVALUATION.path(out)}); use --force "
+                "to redo it, or another --out")
         for name in OUTPUTS:
             (out / name).unlink(missing_ok=True)
     EVALUATION.write(out, identity)

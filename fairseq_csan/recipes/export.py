@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from . import decoding
-from .ownership import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
+from .runner import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
 from .task import NotATask, PreparedTask
 
 TOKENIZER = "csan_recipe"
@@ -67,7 +67,7 @@ def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> dic
     ``made_from`` (records.made_from), for the record of what is made of it."""
     from fairseq.data import Dictionary
 
-    from .records import Damaged, OtherData, check_made_from
+    from .runner import Damaged, OtherData, check_made_from
 
     try:
         now = check_made_from(checkpoint, task.data_bin, str(task.root))

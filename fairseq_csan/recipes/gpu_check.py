@@ -43,14 +43,13 @@ import argparse
 import dataclasses
 import os
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List
 
-from .records import GPU_STEP, Damaged
+from .runner import GPU_STEP, Damaged, Refusal, WriterLock, listing, run_child, write_atomically
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
@@ -224,49 +223,17 @@ def step_record(name: str):
     return dataclasses.replace(GPU_STEP, file=f"{name}.json")
 
 
-def read_record(stamps: Path, name: str) -> dict:
-    """A step's record, or {} when there is none or it is damaged (cut short, or changed by hand):
-    the step runs again."""
-    try:
-        return step_record(name).read(stamps) or {}
-    except Damaged:
-        return {}
-
-
 def run_step(step: Step, log: Path, env: dict) -> int:
-    """Run a step in a process group of its own, from the checkout; a SIGTERM, SIGINT or SIGHUP to
-    this command (a job's time limit, Ctrl-C) goes to the whole group (the trainings a step
-    starts included), which gets 20 seconds before it is killed; then this command exits."""
-    import signal
-
-    from .steps import die_with_parent
-
-    def start():
-        die_with_parent()
-        os.setpgrp()
-
-    with open(log, "w", encoding="utf-8") as out:
-        # pytest runs in the clone (its rootdir and conftest.py); the other steps take absolute paths
-        # and run where gpu_check was started (an installed package has no clone to go to)
-        child = subprocess.Popen([sys.executable, "-m", *step.argv], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 cwd=ROOT if step.kind == "tests" else None, preexec_fn=start)
-
-        def forward(signum, _frame):
-            for sig in (signum, signal.SIGKILL):
-                try:
-                    os.killpg(child.pid, sig)
-                    child.wait(timeout=20)
-                    break
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    continue
-            raise SystemExit(128 + signum)
-
-        handlers = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        try:
-            return child.wait()
-        finally:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
+    """Run a step from the checkout (pytest runs there: its rootdir and conftest.py; the other
+    steps take absolute paths and run where gpu_check was started, as an installed package has no
+    clone to go to); a SIGTERM, SIGINT or SIGHUP to this command (a job's time limit, Ctrl-C)
+    goes to the step's whole process group (the trainings it starts included), which gets 20
+    seconds before it is killed; then this command exits."""
+    ended = run_child([sys.executable, "-m", *step.argv], log, env=env, cwd=ROOT if step.kind == "tests" else None,
+                      with_parent=True, whole_group=True, kill_after=20, name=step.name, say=say)
+    if ended.signal:
+        raise SystemExit(ended.code)
+    return ended.code
 
 
 def say(message: str) -> None:
@@ -367,8 +334,6 @@ def main(argv=None) -> None:
         die(problem)
     if not args.rehearse and "benchmark" in args.only and "bf16" in args.precisions and not torch.cuda.is_bf16_supported():
         die("--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16")
-    from .ownership import Refusal, WriterLock, listing
-
     if args.out.exists() and not args.out.is_dir():
         die(f"--out {args.out} is a file: give a folder")
     theirs = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
@@ -388,7 +353,10 @@ def main(argv=None) -> None:
     say(f"{machine}; {len(steps)} steps, logs in {args.out}")
     started, results, ran = time.time(), [], 0
     for number, step in enumerate(steps, 1):
-        record = read_record(stamps, step.name)
+        try:  # none, or a damaged one (cut short, changed by hand): the step runs again
+            record = step_record(step.name).read(stamps) or {}
+        except Damaged:
+            record = {}
         log = args.out / f"{step.name}.log"
         # kept: the same command, on the same machine and software, passed, and its outputs are there
         if (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
@@ -430,12 +398,12 @@ def main(argv=None) -> None:
         if table.is_file():
             summary += ["", f"{table}:", table.read_text(encoding="utf-8").rstrip()]
     print("\n" + "\n".join(summary))
-    (args.out / "summary.md").write_text("\n".join(summary) + "\n", encoding="utf-8")
+    write_atomically(args.out / "summary.md", "\n".join(summary) + "\n")
     outcome = {name: result for name, result, _, _ in results}
     passed = {path for step in steps if outcome.get(step.name) == "passed" for path in step.outputs}
     ready = paste_ready(args, machine, day, passed)
     if ready:  # the same tables, as the docs lay them out
-        (args.out / "paste.md").write_text(ready + "\n", encoding="utf-8")
+        write_atomically(args.out / "paste.md", ready + "\n")
         say(f"the tables as the docs lay them out, ready to paste: {args.out / 'paste.md'}")
     elif (args.out / "paste.md").exists():  # an earlier run's, no longer what this one measured
         (args.out / "paste.md").unlink()

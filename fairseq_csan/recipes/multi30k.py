@@ -40,8 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, write_table
-from .ownership import write_atomically
-from .records import REPRODUCTION, TIMING, Damaged
+from .runner import REPRODUCTION, TIMING, Damaged, Refusal, WriterLock, listing, run_child, shell_words, write_atomically
 from .score import mark
 
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
@@ -176,19 +175,20 @@ _STARTING = threading.Lock()  # a child starts, or the runs are stopped: never b
 
 
 def call(command, log_path, env):
-    with open(log_path, "a", encoding="utf-8") as out:
-        with _STARTING:
-            if STOPPING.is_set():  # another run failed: start nothing more
-                raise Failed("stopped: another run failed")
-            child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    def running(child):
+        with _STARTING:  # the runs are stopped before it started (it is stopped now), or after (with the others)
             RUNNING.add(child)
-        try:
-            returncode = child.wait()
-        finally:
-            RUNNING.discard(child)
+            if STOPPING.is_set():
+                child.terminate()
+
+    if STOPPING.is_set():  # another run failed: start nothing more
+        raise Failed("stopped: another run failed")
+    # in a thread of the pool: no signal is passed on here (run_all stops the children)
+    ended = run_child(command, log_path, append=True, env=env, name=shell_words(command[:3]), started=running)
+    RUNNING.difference_update(child for child in list(RUNNING) if child.poll() is not None)
     if STOPPING.is_set():
         raise Failed("stopped: another run failed")
-    if returncode != 0:
+    if ended.code != 0:
         tail = "".join(Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines(True)[-15:])
         raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
 
@@ -239,22 +239,22 @@ def sweep_run(args, data, kind, value, env):
     return folder / name, time.time() - started
 
 
-def stop_the_others(futures, signal_children=True):
-    """After a run failed: the runs not started are cancelled, one by one, so that they still
-    come out of ``as_completed`` (``shutdown(cancel_futures=True)`` would cancel them without,
-    and the wait for them would never end), and the running ones' children get SIGTERM (train.py
-    passes it on to the trainer, which stops), so that the command ends with the failure."""
+def stop_the_others(futures):
+    """After a run failed, or Ctrl-C: the runs not started are cancelled, one by one, so that
+    they still come out of ``as_completed`` (``shutdown(cancel_futures=True)`` would cancel them
+    without, and the wait for them would never end), and the running ones' children (each in a
+    process group of its own: runner.run_child) get SIGTERM (train.py passes it on to the
+    trainer, which stops), so that the command ends with the failure."""
     with _STARTING:
         STOPPING.set()
         running = list(RUNNING)
     for future in futures:
         future.cancel()
-    if signal_children:
-        for child in running:
-            try:
-                child.terminate()
-            except OSError:
-                pass
+    for child in running:
+        try:
+            child.terminate()
+        except OSError:
+            pass
 
 
 def run_all(args, data):
@@ -300,10 +300,8 @@ def run_all(args, data):
             elapsed = time.time() - started
             log(f"{finished}/{len(jobs)} {label}: sacreBLEU {results['sacrebleu']:.2f} "
                 f"({'test' if kind == 'main' else 'dev'}) in {seconds / 60:.1f} min; {elapsed / 60:.0f} min so far")
-    except BaseException:
-        # Ctrl-C or an unexpected error: start nothing more (the running children get the
-        # same Ctrl-C from the terminal)
-        stop_the_others(futures, signal_children=False)
+    except BaseException:  # Ctrl-C or an unexpected error: start nothing more, stop what runs
+        stop_the_others(futures)
         raise
     pool.shutdown()
     if failures:
@@ -501,7 +499,6 @@ def main(argv=None):
                 "model": MODELS[args.model]["model"], "training": training_args(args.max_update, args.model)}
     if args.device != "cpu":  # recorded only off the CPU, so that earlier CPU runs stay valid
         settings["device"] = args.device
-    from .ownership import Refusal, WriterLock
 
     try:  # one reproduction at a time in an --out (its runs lock their own folders too)
         WriterLock(args.out, folder=True, what="the Multi30k reproduction").acquire()  # held to the end
@@ -514,8 +511,6 @@ def main(argv=None):
         raise SystemExit(f"multi30k: {error}; give another --out (nothing was changed)") from None
     theirs = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
     if before is None and theirs:  # a folder the reproduction never wrote: its files are someone's
-        from .ownership import listing
-
         raise SystemExit(f"multi30k: --out {args.out} holds files the reproduction did not write ({listing(theirs)}); "
                          "give a new or empty folder (nothing was changed)")
     if before is not None and holds_runs and before != REPRODUCTION.typed(settings):
@@ -530,7 +525,7 @@ def main(argv=None):
     if args.raw_dir:
         prepare += ["--raw-dir", args.raw_dir]
     log("preparing the data (the multi30k_en_de preset of fairseq_csan.recipes.prepare, as examples/multi30k/prepare.sh)")
-    if subprocess.run(prepare).returncode != 0:
+    if run_child(prepare, name="prepare").code != 0:
         raise SystemExit("multi30k: data preparation failed (see above)")
     run_all(args, data)
     report(args, data)

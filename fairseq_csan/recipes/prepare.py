@@ -20,7 +20,7 @@ same OUT is refused unless --force, which deletes what this command wrote there 
 bpe/, data-bin/, .steps/; never the downloads) first. Before anything is touched: a raw corpus
 that lies where this command writes is refused (a rerun would remove it before reading it), so
 are files of others in those folders under --force, and so is a second prepare into the same OUT
-while one runs (OUT/.lock; ownership.py).
+while one runs (OUT/.lock; runner.py). Options: one argparse parser, a subcommand per task (parser()).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import List
 
 from . import corpora, text
-from .ownership import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps, write_atomically
+from .runner import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps, write_atomically
 from .steps import Step, call, make, recorded_outputs, run
-from .records import TASK
+from .runner import TASK
 from .task import NotATask, PreparedTask
 
 SPLITS = ("train", "valid", "test")
@@ -98,112 +98,96 @@ def layout(out: Path, src: str, tgt: str, splits) -> list:
 
 
 FILES = "files"  # the user's own corpus; the other choices are the presets of examples/<task>/prepare.sh
-USAGE = f"""usage: python -m fairseq_csan.recipes.prepare files --src XX --tgt YY --train PREFIX --valid PREFIX
+USAGE = f"""python -m fairseq_csan.recipes.prepare files --src XX --tgt YY --train PREFIX --valid PREFIX
            --test PREFIX [--test PREFIX ...] [--out DIR] [options]   (your own corpus; files --help)
        bash examples/TASK/prepare.sh [options]   (a preset: {', '.join(sorted(corpora.TASKS))}; --help)"""
 
 
 def _common(p, default_out, merges_help):
     p.add_argument("--out", type=Path, metavar="DIR", help=f"output folder (default: {default_out})")
-    p.add_argument("--merges", type=int, metavar="N", help=f"BPE merge operations (default: {merges_help})")
-    p.add_argument("--workers", type=int, metavar="N",
+    p.add_argument("--merges", type=positive("--merges"), metavar="N", help=f"BPE merge operations (default: {merges_help})")
+    p.add_argument("--workers", type=positive("--workers"), metavar="N",
                    help="processes for tokenisation, BPE and binarisation (default: all cores)")
     p.add_argument("--force", action="store_true",
                    help="delete what this command wrote in OUT (not the downloads) and redo every step; refused "
                         "when those folders hold files it did not write")
 
 
-def files_parser():
-    p = argparse.ArgumentParser(
-        prog="python -m fairseq_csan.recipes.prepare files",
+def positive(flag):
+    def parse(text):
+        if not text.lstrip("-").isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        return int(text)
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    """prepare's options, each declared once: ``files`` (the user's own corpus) and one preset per
+    task of corpora.TASKS, each a subcommand with its own defaults."""
+    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.prepare", usage=USAGE,
+                                description="Prepare a parallel corpus for fairseq (docs/recipes.md).")
+    tasks = p.add_subparsers(dest="task", metavar="TASK", title="tasks")
+    f = tasks.add_parser(
+        FILES, prog="python -m fairseq_csan.recipes.prepare files", help="your own corpus, any language pair",
         description="Prepare your own parallel corpus, any language pair, either direction (docs/recipes.md, "
                     "Your own corpus). Each split is a pair of line-aligned UTF-8 files PREFIX.SRC and PREFIX.TGT; "
                     "the first --test is the test set (fairseq's subset test), further ones are test1, test2, ... "
                     "Each language is tokenised by its own rules: Moses with the language's nonbreaking prefixes "
                     "where sacremoses has them (else English's, as Moses' tokenizer.perl), jieba for zh, MeCab for ja; "
                     "task.json names the rule. Then the steps of every task: cleaning, BPE, fairseq-preprocess.")
-    p.add_argument("task", choices=[FILES], help=argparse.SUPPRESS)
-    p.add_argument("--src", required=True, metavar="XX", help="source language code (the files' suffix), e.g. fr")
-    p.add_argument("--tgt", required=True, metavar="YY", help="target language code, e.g. en")
-    p.add_argument("--train", required=True, metavar="PREFIX", help="training set: PREFIX.XX and PREFIX.YY")
-    p.add_argument("--valid", required=True, metavar="PREFIX", help="validation set")
-    p.add_argument("--test", required=True, action="append", metavar="PREFIX",
+    f.add_argument("--src", required=True, metavar="XX", help="source language code (the files' suffix), e.g. fr")
+    f.add_argument("--tgt", required=True, metavar="YY", help="target language code, e.g. en")
+    f.add_argument("--train", required=True, metavar="PREFIX", help="training set: PREFIX.XX and PREFIX.YY")
+    f.add_argument("--valid", required=True, metavar="PREFIX", help="validation set")
+    f.add_argument("--test", required=True, action="append", metavar="PREFIX",
                    help="a test set; repeat for more (the first is the subset test, then test1, test2, ...)")
-    _common(p, "data/XX_YY", "32000, as the papers; fewer for a small corpus, e.g. 8000 for 30K pairs")
-    p.add_argument("--joint-bpe", type=int, choices=(0, 1),
+    _common(f, "data/XX_YY", "32000, as the papers; fewer for a small corpus, e.g. 8000 for 30K pairs")
+    f.add_argument("--joint-bpe", type=int, choices=(0, 1),
                    help="1: one BPE model and one dictionary for both languages; 0: one each (default: 1, "
                         "and 0 where one side is zh or ja, as the Zh-En and Ja-En presets)")
-    p.add_argument("--clean-ratio", type=float, metavar="R",
+    f.add_argument("--clean-ratio", type=float, metavar="R",
                    help="drop training pairs whose token-length ratio exceeds R (default: 1.5, and 9 where one "
                         "side is zh or ja, whose words are counted otherwise, as the presets)")
-    p.add_argument("--clean-max-len", type=int, default=250, metavar="N",
+    f.add_argument("--clean-max-len", type=int, default=250, metavar="N",
                    help="drop training pairs with a side over N tokens (default 250)")
+    for name, spec in sorted(corpora.TASKS.items()):
+        t = tasks.add_parser(name, prog=f"prepare.sh ({name})", help=f"the {name} preset (examples/*/prepare.sh)",
+                             description="Prepare the task's corpora for fairseq (docs/recipes.md).")
+        default_raw = f"${spec.raw_env} if set, else {spec.default_raw or 'OUT/downloads'}"
+        t.add_argument("--raw-dir", type=Path, metavar="DIR",
+                       help=f"folder holding the raw corpora, or receiving the downloads (default: {default_raw})")
+        _common(t, f"data/{name}", f"{spec.merges}{spec.merges_why}")
+        t.add_argument("--no-download", action="store_true",
+                       help="never download; stop with a message when a corpus is missing")
+        t.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
+        # the task's own settings (corpora.TASKS), which these hidden flags may override
+        t.add_argument("--joint-bpe", type=int, choices=(0, 1), default=spec.joint_bpe, help=argparse.SUPPRESS)
+        t.add_argument("--clean-ratio", type=float, default=spec.clean_ratio, help=argparse.SUPPRESS)
+        t.add_argument("--clean-max-len", type=int, default=250, help=argparse.SUPPRESS)
     return p
 
 
-def parse_files(argv):
-    p = files_parser()
-    args = p.parse_args(argv)
-    try:
-        args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
-    except ValueError as e:
-        p.error(str(e))
-    args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
-    segmented = {text.base_language(lang) for lang in (args.src, args.tgt)} & set(text.SEGMENTED)
-    if args.joint_bpe is None:
-        args.joint_bpe = 0 if segmented else 1
-    if args.clean_ratio is None:
-        args.clean_ratio = 9.0 if segmented else 1.5
-    if args.clean_ratio < 1 or args.clean_max_len < 1:
-        p.error(f"--clean-ratio must be at least 1 and --clean-max-len positive, got {args.clean_ratio:g} "
-                f"and {args.clean_max_len}")
-    return p, args
-
-
 def parse(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("task", nargs="?")
-    known, _ = first.parse_known_args(argv)
-    if known.task not in (*corpora.TASKS, FILES):
-        if known.task is None and any(a in ("-h", "--help") for a in argv):
-            print(USAGE + "\n\n" + files_parser().format_help())  # a preset's options: its prepare.sh --help
-            raise SystemExit(0)
-        print(USAGE, file=sys.stderr)
-        what = f"unknown task {known.task!r}" if known.task else "give a task"
-        print(f"error: {what}: files (your own corpus) or a preset ({', '.join(sorted(corpora.TASKS))})",
-              file=sys.stderr)
-        raise SystemExit(2)
-    if known.task == FILES:
-        p, args = parse_files(argv)
-    else:
-        p, args = parse_preset(argv)
-    for name in ("merges", "workers"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            p.error(f"--{name} must be a positive integer, got {value}")
-    return args
-
-
-def parse_preset(argv):
-    # the task's own settings (corpora.TASKS), which the hidden flags may override
-    task_args = argparse.ArgumentParser(add_help=False)
-    task_args.add_argument("task", choices=sorted(corpora.TASKS), help=argparse.SUPPRESS)
-    known, _ = task_args.parse_known_args(argv)
-    spec = corpora.TASKS[known.task]
-    task_args.add_argument("--joint-bpe", type=int, choices=(0, 1), default=spec.joint_bpe, help=argparse.SUPPRESS)
-    task_args.add_argument("--clean-ratio", type=float, default=spec.clean_ratio, help=argparse.SUPPRESS)
-    task_args.add_argument("--clean-max-len", type=int, default=250, help=argparse.SUPPRESS)
-    p = argparse.ArgumentParser(prog=f"prepare.sh ({known.task})", parents=[task_args],
-                                description="Prepare the task's corpora for fairseq (docs/recipes.md).")
-    default_raw = f"${spec.raw_env} if set, else {spec.default_raw or 'OUT/downloads'}"
-    p.add_argument("--raw-dir", type=Path, metavar="DIR",
-                   help=f"folder holding the raw corpora, or receiving the downloads (default: {default_raw})")
-    _common(p, f"data/{known.task}", f"{spec.merges}{spec.merges_why}")
-    p.add_argument("--no-download", action="store_true", help="never download; stop with a message when a corpus is missing")
-    p.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
-    args = p.parse_args(argv)
-    args.spec = spec
+    p = parser()
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.task is None:
+        p.error(f"give a task: files (your own corpus) or a preset ({', '.join(sorted(corpora.TASKS))})")
+    if args.task == FILES:
+        try:
+            args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
+        except ValueError as e:
+            p.error(str(e))
+        args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
+        segmented = {text.base_language(lang) for lang in (args.src, args.tgt)} & set(text.SEGMENTED)
+        if args.joint_bpe is None:
+            args.joint_bpe = 0 if segmented else 1
+        if args.clean_ratio is None:
+            args.clean_ratio = 9.0 if segmented else 1.5
+        if args.clean_ratio < 1 or args.clean_max_len < 1:
+            p.error(f"--clean-ratio must be at least 1 and --clean-max-len positive, got {args.clean_ratio:g} "
+                    f"and {args.clean_max_len}")
+        return args
+    spec = args.spec = corpora.TASKS[args.task]
     args.default_merges, args.default_raw = spec.merges, Path(spec.default_raw) if spec.default_raw else None
     if args.list:
         given = [flag for flag, value in (("--raw-dir", args.raw_dir), ("--out", args.out), ("--merges", args.merges),
@@ -212,7 +196,7 @@ def parse_preset(argv):
         if given:
             p.error(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be ignored; "
                     "give --list alone")
-    return p, args
+    return args
 
 
 def main(argv=None) -> None:

@@ -209,7 +209,7 @@ def score(args):
             test["chrf"] = paired_bootstrap_chrf(refs_raw, read_lines(baseline_detok), detoks, args.bootstrap_samples)
         results["bootstrap"] = test
         results["mark"] = mark(test["bleu"] - test["baseline_bleu"], test["p_value"])
-    from .ownership import write_atomically
+    from .runner import write_atomically
 
     write_atomically(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     write_atomically(out / "results.md", summary(results) + "\n")

@@ -34,12 +34,11 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from .ownership import write_atomically
+from .runner import run_child, shell_words, write_atomically
 
 CHUNK = 1 << 20
 
@@ -191,30 +190,6 @@ def make(step: Step, action: Callable[[List[Path]], None], force: bool = False, 
     return True
 
 
-def shell_words(argv: Sequence) -> str:
-    """A command as one line that can be pasted into a shell."""
-    return " ".join(shlex.quote(str(w)) for w in argv)
-
-
-def die_with_parent() -> None:
-    """In a child process (subprocess's preexec_fn): be killed when the recipe's process dies,
-    even by SIGKILL, so that no orphaned command goes on writing a step's temporary files while
-    a rerun writes them anew (Linux only: prctl PR_SET_PDEATHSIG); and start with the default
-    action for SIGINT, SIGTERM, SIGHUP and SIGQUIT, whatever the caller ignored (a script's
-    background job ignores SIGINT and SIGQUIT)."""
-    import signal
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-
 def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = (), prefix: str = "step") -> None:
     """Run a command (logged as a shell line), its output to ``stdout`` and ``stdin`` files fed
     to its input; a failure stops the recipe with the command's status."""
@@ -229,27 +204,11 @@ def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = 
     # a progress bar (tqdm's, as subword-nmt learn-bpe draws) only where someone watches: in a
     # log file its carriage returns make one line of hundreds of updates
     env = None if sys.stderr.isatty() else {**os.environ, "TQDM_DISABLE": "1"}
-    out_file = open(stdout, "wb") if stdout else None
-    try:
-        if stdin:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file or sys.stderr,
-                                    preexec_fn=die_with_parent, env=env)
-            try:
-                for path in stdin:
-                    with open(path, "rb") as f:
-                        shutil.copyfileobj(f, proc.stdin, CHUNK)
-            finally:
-                proc.stdin.close()
-            code = proc.wait()
-        else:
-            code = subprocess.call(argv, stdout=out_file or sys.stderr, preexec_fn=die_with_parent,
-                                   env=env)  # logs: stderr
-    finally:
-        if out_file:
-            out_file.close()
+    code = run_child(argv, stdout, stdin=stdin, errors_to_out=False, env=env, with_parent=True, name=argv[0],
+                     say=lambda message: _log(prefix, message)).code
     if code != 0:
         _log(prefix, f"error: {argv[0]} exited with status {code}")
-        raise SystemExit(code if 0 < code < 126 else 1)
+        raise SystemExit(code if 0 < code < 126 or code > 128 else 1)
 
 
 def run(step: Step, command: List[str], stdout: bool = False, stdin: Iterable[Path] = (),

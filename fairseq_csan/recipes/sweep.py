@@ -15,16 +15,12 @@ import argparse
 import contextlib
 import io
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import List
 
 from .command_line import Parser
-from .ownership import Refusal, WriterLock
-from .records import SWEEP
-from .steps import shell_words
+from .runner import SWEEP, Refusal, WriterLock, run_child, shell_words
 from .task import is_task
 
 class Refused(Exception):
@@ -161,9 +157,13 @@ def run_one(run: dict, lock_fds) -> None:
     SWEEP.write(folder, {"kind": run["kind"], "value": run["value"], "arch": run["arch"],
                          "flags": " ".join(run["flags"])})
     for what, command, output in (("training", run["train"], "train.out"), ("evaluating", run["evaluate"], "eval.out")):
-        with open(folder / output, "w", encoding="utf-8") as out:
-            status = run_passing_signals(command, out, lock_fds)
-        if status != 0:
+        # it holds the sweep's locks too (a sweep killed while it runs leaves its runs locked
+        # until it ends); a signal is passed on to it (train.py passes it to the trainer)
+        ended = run_child(command, folder / output, keep_fds=lock_fds, name=command[2], say=log)
+        if ended.signal:
+            log("the same command goes on where it stopped")
+            raise SystemExit(ended.code)
+        if ended.code != 0:
             tail = (folder / output).read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
             print("\n".join(tail), file=sys.stderr)
             raise Refused(f"{what} {run['name']} failed (log: {folder / output})")
@@ -173,31 +173,6 @@ def run_one(run: dict, lock_fds) -> None:
     for line in results.read_text(encoding="utf-8").splitlines():
         if "tokenised BLEU" in line:
             print(line, file=sys.stderr)
-
-
-def run_passing_signals(command: List[str], out, lock_fds) -> int:
-    """Run one command to its end; it holds the sweep's locks too (a sweep killed while it
-    runs leaves its runs locked until it ends), and SIGINT, SIGTERM and SIGHUP are passed on to
-    it (train.py passes them to the trainer) rather than ending the sweep under it."""
-    child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             pass_fds=tuple(lock_fds))
-    received = []
-
-    def pass_on(signum, _frame):
-        received.append(signum)
-        child.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        status = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if received:
-        log(f"{signal.Signals(received[0]).name}: passed on to {command[2]} (pid {child.pid}), which stopped "
-            f"with status {status}; the same command goes on where it stopped")
-        raise SystemExit(128 + received[0])
-    return status
 
 
 def log(message: str) -> None:

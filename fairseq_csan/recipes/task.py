@@ -5,9 +5,9 @@
     task.json      what was prepared (records.TASK): task, src, tgt, merges, joint_bpe,
                    clean_max_len, clean_ratio, tests (the test sets: test, test1, ...), and
                    tokenizer_src, tokenizer_tgt (the rule each language was tokenised by,
-                   text.tokenizer_name); a folder prepared before holds recipe.env
-                   (KEY=VALUE lines) instead, and one prepared before the last three were
-                   kept reads as "test" and the rules its languages have always had
+                   text.tokenizer_name); one prepared before the last three were kept
+                   reads as "test" and the rules its languages have always had (a folder
+                   of an earlier version, with recipe.env instead, is refused: prepare again)
     tools.txt      the versions of the tokenisers and subword-nmt that made it
     raw/           {train,valid,test,test1,...}.{src,tgt}: the gathered corpora (the references of sacreBLEU)
     tok/           the same, tokenised (test.tgt is the reference of tokenised BLEU)
@@ -27,7 +27,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .records import TASK, Damaged
+from .runner import TASK, Damaged
 
 FIELDS = tuple(TASK.fields)
 
@@ -64,8 +64,7 @@ class PreparedTask:
         settings = complete(read_settings(root))
         for key in ("task", "src", "tgt"):
             if not settings.get(key):
-                shown = TASK.path(root) if TASK.path(root).is_file() else root / TASK.old
-                raise NotATask(f"{shown} names no {key} (prepare {root} again with the command that made it)")
+                raise NotATask(f"{TASK.path(root)} names no {key} (prepare {root} again with the command that made it)")
         return cls(root, settings)
 
     def __getattr__(self, key):
@@ -110,12 +109,18 @@ class PreparedTask:
         """Write the task record; a folder prepared with other settings is refused unless ``force``."""
         root = Path(root)
         settings = TASK.typed(settings)
-        held = {k: v for k, v in complete(read_settings(root)).items() if k != "warnings"}  # a finding, not a setting
+        try:
+            before = read_settings(root)
+        except NotATask:  # damaged, or an earlier version's: --force prepares it again
+            if not force:
+                raise
+            before = {}
+        held = {k: v for k, v in complete(before).items() if k != "warnings"}  # a finding, not a setting
         if TASK.exists(root) and not force and held != settings:
-            raise NotATask(f"{root} was prepared with other settings (see {TASK.path(root)}, or recipe.env in a "
-                           "folder prepared before); use --force to redo it or another --out")
+            raise NotATask(f"{root} was prepared with other settings (see {TASK.path(root)}); use --force to redo it "
+                           "or another --out")
         root.mkdir(parents=True, exist_ok=True)
-        kept = {"warnings": read_settings(root)["warnings"]} if not force and "warnings" in read_settings(root) else {}
+        kept = {"warnings": before["warnings"]} if not force and "warnings" in before else {}
         return cls(root, TASK.write(root, {**settings, **kept}))
 
 

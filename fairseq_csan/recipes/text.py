@@ -175,7 +175,7 @@ def _chunks(handle, size=2000):
 
 
 def _write_atomically(path: Path, lines_iter):
-    from .ownership import atomic
+    from .runner import atomic
 
     with atomic(path) as (part,), open(part, "w", encoding="utf-8", newline="\n") as out:
         count = 0
@@ -232,7 +232,7 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
     over ``ratio`` (either way), as Moses' clean-corpus-n.perl does; and pairs with a token of
     more than ``max_token_chars`` characters, which BPE would learn merges from as if it were
     a frequent word (one 100,000-character line reshapes thousands of merges)."""
-    from .ownership import atomic
+    from .runner import atomic
 
     kept = dropped = long_tokens = 0
     try:

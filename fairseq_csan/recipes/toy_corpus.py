@@ -12,7 +12,7 @@ import argparse
 import random
 from pathlib import Path
 
-from .ownership import Refusal
+from .runner import Refusal
 
 # English noun -> (German noun, gender)
 NOUNS = {
@@ -138,8 +138,8 @@ def write_corpus(folder: Path, texts: dict) -> None:
     train.en) is refused, before anything is written."""
     import hashlib
 
-    from .ownership import Refusal, WriterLock, atomic, listing
-    from .records import TOY
+    from .runner import Refusal, WriterLock, atomic, listing
+    from .runner import TOY
 
     with WriterLock(folder, folder=True, what="toy_corpus"):
         written = (TOY.read(folder) or {}).get("files", {})

@@ -4,43 +4,37 @@ One call checks the options, reads the prepared task and the hyper-parameters (h
 data beside this module), lays out the data-parallel processes and builds the fairseq-train
 command; ``--dry-run`` prints it. A real run then, in this order:
 
-1. takes the save folder's lock (``fcntl.flock`` on SAVE/train.lock, held by this process and
-   by the trainer it starts, so it ends only when both have: a second train.sh on the same
-   folder is refused, even while a trainer orphaned by ``kill -9`` of train.sh runs on);
+1. takes the save folder's lock (runner.WriterLock: SAVE/.lock, SAVE/.nodeN.lock on the other
+   machines of a multi-node run), held by this process and by the trainer it starts, so it
+   ends only when both have: a second train.sh on the same folder is refused, even while a
+   trainer orphaned by ``kill -9`` of train.sh runs on;
 2. checks the run's identity against SAVE/run.json (records.RUN) (another run in the folder is refused);
 3. checks checkpoint_last.pt and checkpoint_best.pt: fairseq copies them from the interval
    checkpoint without a temporary name, so a kill during the copy leaves them cut short; a
    damaged checkpoint_last.pt (or one older than the newest interval checkpoint) is replaced,
    atomically and with a message, by the newest intact checkpoint_E_U.pt;
-4. runs the command, its output appended to SAVE/train.log and shown; SIGTERM, SIGINT or
-   SIGHUP is passed on to the trainer, which this process then waits for (a lone fairseq-train
-   that still runs RESEND_S seconds later gets it again: see ``run``).
+4. runs the command through runner.run_child, its output appended to SAVE/train.log and
+   shown; SIGTERM, SIGINT or SIGHUP is passed on to the trainer, which this process then waits
+   for (a lone fairseq-train that still runs runner.RESEND_S seconds later gets it again).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import errno
-import fcntl
 import json
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
 from .command_line import Parser
-from .records import RUN, TASK, changed_since, made_from
-from .records import Damaged as DamagedRecord
-from .steps import shell_words
+from .runner import RUN, TASK, Refusal, WriterLock, atomic, changed_since, is_lock, made_from, run_child, shell_words
+from .runner import Damaged as DamagedRecord
 from .task import NotATask, PreparedTask
 from .. import user_dir
 from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
@@ -103,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
            "transformer_ctxaware_big, ...")
     valued("--save-dir", "save", "DIR", "a folder", "checkpoints and train.log; a run that stopped resumes from "
            "DIR/checkpoint_last.pt when started again with the same arguments (a checkpoint_last.pt cut short by a "
-           "kill is replaced by the newest intact checkpoint); one training at a time per folder (DIR/train.lock)")
+           "kill is replaced by the newest intact checkpoint); one training at a time per folder (DIR/.lock)")
     valued("--size", "size", "base|big", "base or big", "hyper-parameter set (default: big for *_big architectures, "
            "else base; not with --cpu-tiny)", allowed=("base", "big"))
     valued("--hparams", "hparams", "FILE", "a file", "the hyper-parameters (default: the kit's hparams.json, the "
@@ -432,7 +426,7 @@ def build(o) -> dict:
                               share=share_mode(o, data), tiny=o.tiny))
     return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, identity=identity,
                 rank0=not o.node_rank, one_machine=layout.nodes == 1, log=save / f"train{suffix}.log",
-                lock=save / f"train{suffix}.lock")
+                part=f"node{o.node_rank}" if o.node_rank else None)
 
 
 def with_overrides(command: List[str], extra: List[str]) -> List[str]:
@@ -478,28 +472,6 @@ def can_import(module: str) -> bool:
 
 # ---------------------------------------------------------------------------- the save folder
 
-def take_lock(path: Path) -> int:
-    """Hold an exclusive flock on ``path`` (released when every process holding it has ended)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
-        holder = Path(path).read_text(encoding="utf-8", errors="replace").strip() or "a process"
-        os.close(fd)
-        raise Refused(f"{path.parent} is in use by another training ({holder}); wait for it to end, stop it "
-                      "(kill its trainer), or give another --save-dir")
-    return fd
-
-
-def note_holder(fd: int, trainer_pid: Optional[int]) -> None:
-    who = f"train.sh pid {os.getpid()}" + (f", trainer pid {trainer_pid}" if trainer_pid else "")
-    text = f"{who} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, text.encode("utf-8"), 0)
-
-
 def write_identity(save: Path, identity: dict) -> None:
     """The run record of ``save`` (records.RUN), with what the run is made from (the task's
     dictionaries and training data, records.made_from); a folder that holds another run, or this
@@ -517,23 +489,23 @@ def write_identity(save: Path, identity: dict) -> None:
         raise Refused(f"{save} holds a run made from other data than {identity['data']} holds now: {changed}; the "
                       "task was prepared again. Give a new --save-dir, or --force to start this run again on it")
     if held is not None and held != identity:
-        shown = RUN.path(save) if RUN.path(save).is_file() else save / RUN.old
-        raise Refused(f"{save} holds another run (see {shown}); give a new --save-dir")
+        raise Refused(f"{save} holds another run (see {RUN.path(save)}); give a new --save-dir")
     # every machine of a multi-node run writes it, into a save folder they may share
     RUN.write(save, identity)
 
 
 # what a training of the kit writes into its save folder: fairseq-train's checkpoints, the kit's
-# log, lock, record and command list (train.nodeN.*: the other machines of a multi-node run)
-TRAINING_WRITES = re.compile(r"checkpoint[\w.-]*\.pt|train(\.node\d+)?\.(log|lock)|run\.json|run\.env|train_command\.sh")
+# log, record and command list (train.nodeN.log: the other machines of a multi-node run)
+TRAINING_WRITES = re.compile(r"checkpoint[\w.-]*\.pt|train(\.node\d+)?\.log|run\.json|train_command\.sh"
+                             r"|run\.env|train(\.node\d+)?\.lock")  # the last two: an earlier version's
 
 
-def start_over(save: Path, own_lock: Path) -> List[str]:
+def start_over(save: Path) -> List[str]:
     """--force: remove what a training of the kit wrote into ``save`` (TRAINING_WRITES) but the
     lock files; a folder with any other file, or without the kit's run record, is
     refused before anything is removed."""
     # (the lock files stay: another machine of a multi-node run may hold its own)
-    files = [p for p in save.iterdir() if p != own_lock and not re.fullmatch(r"train(\.node\d+)?\.lock", p.name)]
+    files = [p for p in save.iterdir() if not is_lock(p)]
     if not files:
         return []
     theirs = [p for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
@@ -553,9 +525,20 @@ class Damaged(Exception):
     pass
 
 
+_READ = {}  # (path, inode, size, mtime) -> the state read_checkpoint found: a resume reads each file once
+
+
 def read_checkpoint(path: Path) -> dict:
     """A fairseq checkpoint's state; its tensors are mapped, not read, where torch can (>= 2.1).
     A file cut short (a kill while it was copied) has no zip directory at its end: Damaged."""
+    info = Path(path).stat()
+    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
+    if key not in _READ:
+        _READ[key] = _read_checkpoint(path)
+    return _READ[key]
+
+
+def _read_checkpoint(path: Path) -> dict:
     import torch
 
     try:
@@ -584,8 +567,6 @@ def interval_checkpoints(save: Path):
 
 
 def replace_atomically(source: Path, target: Path) -> None:
-    from .ownership import atomic
-
     with atomic(target) as (tmp,):
         shutil.copyfile(source, tmp)
 
@@ -679,21 +660,19 @@ def finished(last: Path, cmd: List[str]) -> Optional[int]:
 
 # ---------------------------------------------------------------------------- running it
 
-RESEND_S = 10  # seconds after a signal passed on to fairseq-train before it is passed on again (run)
-
-
 def run(plan: dict) -> int:
     save, cmd = plan["save"], plan["cmd"]
-    save.mkdir(parents=True, exist_ok=True)
-    lock = take_lock(plan["lock"])
-    note_holder(lock, None)
+    try:
+        lock = WriterLock(save, folder=True, what="train.sh", part=plan["part"]).acquire()
+    except Refusal as e:
+        raise Refused(str(e).replace("or give another output", "or give another --save-dir")) from None
     try:
         if plan.get("force") and plan["rank0"]:
-            for message in start_over(save, plan["lock"]):
+            for message in start_over(save):
                 log(message)
         write_identity(save, plan["identity"])
     except Refused:
-        os.close(lock)  # as the end of this process would (a caller's in-process main too)
+        lock.release()  # as the end of this process would (a caller's in-process main too)
         raise
     if plan["rank0"]:  # rank 0 reads the checkpoint and sends it to the others
         for message in repair_checkpoints(save):
@@ -710,58 +689,12 @@ def run(plan: dict) -> int:
         f.write(shell_words(cmd) + "\n")
     log(shell_words(cmd))
     log(f"log: {plan['log']} (the 'ups' column is training steps/s, the papers' Speed)")
-
-    # SIGTERM, SIGINT and SIGHUP are caught here before the trainer starts: a caught signal is
-    # the default again in the trainer (exec resets it), even where the caller ignored it (a
-    # script's background job ignores SIGINT), so the trainer stops when it is passed on
-    received, trainer, passed = [], None, []
-
-    def pass_on(signum, _frame):
-        received.append(signum)
-        if trainer is not None:
-            log(f"{signal.Signals(signum).name}: passed on to the trainer (pid {trainer.pid}); waiting for it to stop")
-            trainer.send_signal(signum)
-            passed.append(time.monotonic())
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, pass_on)
-    # the trainer writes the log itself (it goes on if this process is killed) and inherits the
-    # lock; this process shows the log as it grows
-    with open(plan["log"], "ab") as out:
-        start = out.tell()
-        trainer = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   pass_fds=(lock,))
-    note_holder(lock, trainer.pid)
-    if received:  # a signal before the trainer existed
-        trainer.send_signal(received[0])
-        passed.append(time.monotonic())
-    with open(plan["log"], "rb") as shown:
-        shown.seek(start)
-        while True:
-            ended = trainer.poll() is not None
-            if not ended and passed and not plan["launcher"] and time.monotonic() - passed[-1] >= RESEND_S:
-                # fairseq-train alone can lose a SIGINT: Python raises its KeyboardInterrupt
-                # wherever the main thread is, and native code that calls back into Python may
-                # clear it (seen here: a trainer that went on training, without a traceback).
-                # SIGTERM and SIGHUP end it at once, so a second one is harmless. torchrun and
-                # srun are left alone: they end their workers themselves, and a second signal
-                # would cut that short
-                name = signal.Signals(received[0]).name
-                log(f"the trainer (pid {trainer.pid}) still runs {RESEND_S} s after {name}: passed on again")
-                trainer.send_signal(received[0])
-                passed.append(time.monotonic())
-            chunk = shown.read()
-            if chunk:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-            if ended:
-                break
-            time.sleep(0.2)
+    # the trainer appends to the log itself (it goes on if this process is killed) and holds
+    # the lock too; torchrun and srun get a signal once: they stop their workers themselves
+    ended = run_child(cmd, plan["log"], append=True, show=True, keep_fds=(lock.fd,), resend=not plan["launcher"],
+                      name="the trainer", say=log, started=lambda trainer: lock.note(f"trainer pid {trainer.pid}"))
     print(summary(plan["log"]), file=sys.stderr, flush=True)
-    if received:
-        log(f"the trainer (pid {trainer.pid}) stopped after {signal.Signals(received[0]).name}")
-        return 128 + received[0]
-    return trainer.returncode if trainer.returncode >= 0 else 128 - trainer.returncode
+    return ended.code
 
 
 def summary(train_log: Path) -> str:

@@ -24,7 +24,9 @@ and line named. '-' (or /dev/stdin) reads standard input. OUT (default: INPUT.TG
 test.en.de) gets one translation a line, in input order, always as many lines as the input: an
 empty line gets an empty translation, and a line longer than the model's source positions is
 translated in pieces cut between words (the line number is reported). OUT.tok gets the
-tokenised translations. Nothing is overwritten without --force, and nothing is written inside --data.
+tokenised translations. An existing OUT is replaced only with --force, and only where
+translate.py wrote it (its record, .OUT.written.json beside it, says so, and it is unchanged
+since): a file of anyone else's is never replaced. Nothing is written inside --data.
 OUT is checked writable, and locked (.OUT.lock beside it: a second translate.py into the same
 OUT is refused, naming the first), before the model is loaded.
 
@@ -42,6 +44,7 @@ import time
 from pathlib import Path
 
 from . import decoding
+from .runner import Refusal, WriterLock, check_replaceable, check_writable, write_whole
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
@@ -166,13 +169,6 @@ def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float 
     return tokenised, [hub.detokenize(t) if t else "" for t in tokenised]
 
 
-def write_atomically(path: Path, lines) -> None:
-    from .ownership import atomic
-
-    with atomic(path) as (part,), open(part, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(line + "\n" for line in lines)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -192,7 +188,8 @@ def main(argv=None):
     parser.add_argument("--cpu", action="store_true",
                         help="decode on the CPU even where there is a GPU (default: the GPU when torch sees one)")
     parser.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an --output that translate.py wrote before (a file of anyone else's is never replaced)")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="S",
                         help="report the sentences done every S seconds (default 30)")
     args = parser.parse_args(argv)
@@ -218,8 +215,6 @@ def main(argv=None):
     if args.fp16 and args.cpu:
         parser.error("--fp16 decodes on a GPU; leave out --cpu, or --fp16")
 
-    from .ownership import Refusal, WriterLock, check_writable
-
     def is_input(path):  # the input itself, by a link or another name (a hard link) too
         return not stdin and (path.resolve() == args.input.resolve()
                               or (path.exists() and os.path.samefile(path, args.input)))
@@ -240,10 +235,11 @@ def main(argv=None):
                 check_writable(path, "--output")
         except Refusal as error:
             parser.error(str(error))
-        existing = [str(p) for p in (output, tok_output) if p.exists()]
-        if existing and not args.force:
-            parser.error(f"{' and '.join(existing)} {'exists' if len(existing) == 1 else 'exist'}; "
-                         "pass --force to overwrite")
+        try:  # only an output of translate.py's own, unchanged since, is replaced (with --force)
+            for path in (output, tok_output):
+                check_replaceable(path, "translate.py", args.force, "--output")
+        except Refusal as error:
+            parser.error(str(error))
         return output, tok_output
 
     def lock(output):
@@ -277,8 +273,8 @@ def main(argv=None):
           f"beam {args.beam}, length penalty {args.lenpen:g}", file=sys.stderr)
     tokenised, detokenised = translate_lines(hub, lines, args.beam, args.lenpen, args.progress_every)
     output.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(tok_output, tokenised)
-    write_atomically(output, detokenised)
+    for path, rows in ((tok_output, tokenised), (output, detokenised)):
+        write_whole(path, "".join(row + "\n" for row in rows), "translate.py")
     held.release()
     print(f"[translate] done: {output} ({tgt}, detokenised) and {tok_output} (tokenised)", file=sys.stderr)
 

@@ -44,7 +44,7 @@ def bleu_stats(hyps, refs):
 def outputs(out: Path, stem: str, force: bool):
     """The CSV, markdown and PNG paths of one analysis; refuses to overwrite without force, and
     refuses a second run of the same analysis into ``out`` while one writes there."""
-    from ..ownership import Refusal, WriterLock
+    from ..runner import Refusal, WriterLock
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{ext}" for ext in ("csv", "md", "png")]

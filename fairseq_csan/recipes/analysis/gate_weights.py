@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ..records import TASK, Damaged
+from ..runner import TASK, Damaged
 from .common import outputs, pyplot, read_lines, write_table
 
 

@@ -4,7 +4,7 @@ size M, and of 2D-CSAN against the number of heads N in its area (window fixed).
 usage: python -m fairseq_csan.recipes.analysis.window_sweep --sweep SWEEP_OUT --out DIR [--metric bleu_tok] [--force]
 
 SWEEP_OUT is the --out of scripts/sweep.sh: one folder per run with sweep.json (kind: window or
-heads, value; sweep.env in a sweep made before) and eval/results.json. Writes
+heads, value; a sweep of an earlier version of the kit is refused) and eval/results.json. Writes
 DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
 """
 
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..records import SWEEP, Damaged
+from ..runner import SWEEP, Damaged
 from .common import outputs, pyplot, write_table
 
 LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}

@@ -1,9 +1,10 @@
-"""fairseq_csan/recipes/ownership.py and the commands that follow it: an output never overlaps
-an input, one writer per output, only what a command wrote is replaced. Each case of the
-user's files that a command once deleted or mixed up, as its user would meet it; and a
+"""fairseq_csan/recipes/runner.py and the commands that go through it: an output never
+overlaps an input, one writer per output, only what a command wrote is replaced (each case of
+the user's files that a command once deleted or mixed up, as its user would meet it; and a
 property test: no command, refused under any of these flags or run to the end, changes a file
-it did not write."""
+it did not write); the records; the child processes and the signals passed on to them."""
 
+import json
 import os
 import re
 import shutil
@@ -18,10 +19,11 @@ import pytest
 from conftest import REPO, shared_corpus, snapshot
 from recipe_helpers import hold_lock, lines, recipe_main, run, write
 
-from fairseq_csan.recipes import ownership
+from fairseq_csan.recipes import runner
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
 from fairseq_csan.recipes.evaluate import OUTPUTS
-from fairseq_csan.recipes.ownership import Refusal, WriterLock, foreign_files, overlap, refuse_overlaps
+from fairseq_csan.recipes.runner import (EVALUATION, KINDS, RUN, SWEEP, TASK, TIMING, Damaged, Earlier, Kind, Refusal,
+                                         WriterLock, foreign_files, overlap, refuse_overlaps)
 
 
 # ---------------------------------------------------------------- the rules, on their own
@@ -55,7 +57,7 @@ def test_foreign_files_are_what_the_command_did_not_write(tmp_path):
 
 def _write_often(path, text, times):
     for _ in range(times):
-        ownership.write_atomically(path, text)
+        runner.write_atomically(path, text)
 
 
 def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
@@ -75,7 +77,7 @@ def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
     assert [w.exitcode for w in writers] == [0, 0]
     assert target.read_text() in texts
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no temporary left
-    ownership.write_atomically(target, b"bytes\n")
+    runner.write_atomically(target, b"bytes\n")
     assert target.read_bytes() == b"bytes\n"
 
 
@@ -97,10 +99,10 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
 
 def test_an_output_that_cannot_be_written_is_refused(tmp_path):
     with pytest.raises(Refusal, match="is a folder; give a file name"):
-        ownership.check_writable(tmp_path, "--output")
+        runner.check_writable(tmp_path, "--output")
     (tmp_path / "file").write_text("")
     with pytest.raises(Refusal, match="cannot make its folder"):
-        ownership.check_writable(tmp_path / "file" / "out.txt", "--output")
+        runner.check_writable(tmp_path / "file" / "out.txt", "--output")
 
 
 # ---------------------------------------------------------------- prepare
@@ -390,9 +392,10 @@ def test_no_command_that_succeeds_changes_a_file_it_did_not_write(tree, tmp_path
         "export --force": (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out",
                                tmp_path / "model", "--force"), [tmp_path / "model"]),
         "translate": (kit("translate", "--model", model, "--input", task / "raw/test.en", "--output",
-                          tmp_path / "out.de", "--cpu"), [tmp_path / "out.de", tmp_path / "out.de.tok"]),
+                          tmp_path / "out.de", "--cpu"), [tmp_path / name for name in (
+                              "out.de", "out.de.tok", ".out.de.written.json", ".out.de.tok.written.json")]),
         "average": (kit("average_checkpoints", "--dir", ck, "--last", "2", "--output", tmp_path / "avg.pt"),
-                    [tmp_path / "avg.pt"]),
+                    [tmp_path / "avg.pt", tmp_path / ".avg.pt.written.json"]),
     }
     for name, (done, _) in owned.items():
         assert done.returncode == 0, (name, done.stderr[-2000:])
@@ -421,3 +424,202 @@ def test_export_and_averaging_take_one_writer(tree, tmp_path):
         finally:
             holder.kill()
             holder.wait()
+
+
+# ======================================================================== records
+# every record the kit keeps is one JSON form, typed by its kind; a folder of an earlier version
+# of the kit (its KEY=VALUE file) is refused, never read
+
+
+def test_a_record_is_written_as_json_and_read_back_typed(tmp_path):
+    written = TASK.write(tmp_path, {"task": "en_de", "src": "en", "tgt": "de", "merges": "400", "joint_bpe": 1,
+                                    "clean_max_len": 250, "clean_ratio": "1.5", "tests": "test,test1"})
+    assert written["merges"] == 400 and written["joint_bpe"] is True and written["tests"] == ["test", "test1"]
+    assert json.loads((tmp_path / "task.json").read_text()) == written == TASK.read(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["task.json"]  # atomically: no temporary left
+    assert TASK.read(tmp_path / "elsewhere") is None and not TASK.exists(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"unknown task fields \['mergers'\]"):
+        TASK.write(tmp_path, {"mergers": 3})
+
+
+@pytest.mark.parametrize("kind", [TASK, RUN, EVALUATION, SWEEP])
+def test_a_folder_an_earlier_version_made_is_refused_not_read(tmp_path, kind):
+    write(tmp_path / kind.old, ["arch=transformer", "seed=1"])
+    assert kind.exists(tmp_path)  # its folder is not taken for a fresh one
+    with pytest.raises(Earlier, match=f"{kind.old} was written by an earlier version of the kit, which this one does "
+                                      "not read: run the step that made .* again"):
+        kind.read(tmp_path)
+    kind.write(tmp_path, {})  # a rerun with --force writes the record; then it is read
+    assert kind.read(tmp_path) == {}
+
+
+def test_a_damaged_record_is_named(tmp_path):
+    (tmp_path / "run.json").write_text('{"arch": "transformer", "seed": "one"}')
+    with pytest.raises(Damaged, match=r"run.json is not a run record as this kit writes it"):
+        RUN.read(tmp_path)
+    (tmp_path / "run.json").write_text('["not", "an", "object"]')
+    with pytest.raises(Damaged, match="not a JSON object"):
+        RUN.read(tmp_path)
+    (tmp_path / "run.json").write_text('{"arch": "transformer", "se')  # cut short
+    with pytest.raises(Damaged):
+        RUN.read(tmp_path)
+
+
+def test_timing_keeps_the_fields_it_does_not_declare(tmp_path):
+    TIMING.write(tmp_path, {"train_s": 3, "total_s": "4.5", "runs_at_a_time": 2, "threads": 1})
+    assert TIMING.read(tmp_path) == {"train_s": 3.0, "total_s": 4.5, "runs_at_a_time": 2, "threads": 1}
+
+
+def test_every_kind_has_its_own_file_and_known_types():
+    assert len({k.file for k in KINDS}) == len(KINDS) and len({k.name for k in KINDS}) == len(KINDS)
+    for kind in KINDS:
+        assert isinstance(kind, Kind) and set(kind.fields.values()) <= set(runner.TYPES), kind.name
+
+
+# ---- what a model is made from (runner.made_from, lineage, check_made_from) -------------------
+
+def test_made_from_hashes_the_dictionaries_and_training_data_only(tmp_path):
+    import hashlib
+
+    from fairseq_csan.recipes.runner import changed_since, made_from
+
+    for name in ("dict.en.txt", "dict.de.txt", "train.en-de.en.bin", "train.en-de.en.idx", "valid.en-de.de.bin",
+                 "test.en-de.en.bin", "preprocess.log"):
+        (tmp_path / name).write_text(name)
+    found = made_from(tmp_path)
+    assert sorted(found) == ["dict.de.txt", "dict.en.txt", "train.en-de.en.bin", "train.en-de.en.idx",
+                             "valid.en-de.de.bin"]  # the test set and the log are not what a model is made from
+    assert found["dict.en.txt"] == hashlib.sha256(b"dict.en.txt").hexdigest()
+    assert changed_since(found, made_from(tmp_path)) is None
+    (tmp_path / "dict.de.txt").write_text("w1 1\nw0 1\n")
+    assert changed_since(found, made_from(tmp_path)).startswith("dict.de.txt (sha256 ")
+    (tmp_path / "valid.en-de.de.bin").unlink()
+    assert "now)" in changed_since(found, made_from(tmp_path))
+
+
+def test_a_checkpoint_is_checked_against_what_its_record_says_it_was_made_from(tmp_path):
+    from fairseq_csan.recipes.runner import EVALUATION, OtherData, check_made_from, made_from
+
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("a 1\nb 1\n")
+    run = tmp_path / "ck"
+    run.mkdir()
+    check_made_from(run / "checkpoint_last.pt", data, "TASK")  # no record of the kit's: not refused here
+    RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1, "made_from": made_from(data)})
+    check_made_from(run / "checkpoint_last.pt", data, "TASK")
+    (data / "dict.en.txt").write_text("b 1\na 1\n")  # prepared again: a dictionary of the same size
+    with pytest.raises(OtherData, match=r"checkpoint_last.pt was made from other data than TASK holds now: "
+                                        r"dict.en.txt \(sha256 \w{12} then, \w{12} now\), as .*run.json recorded it"):
+        check_made_from(run / "checkpoint_last.pt", data, "TASK")
+    RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1})  # an earlier version's record
+    with pytest.raises(OtherData, match="an earlier version of the kit wrote"):
+        check_made_from(run / "checkpoint_last.pt", data, "TASK")
+    ev = tmp_path / "ev"  # an evaluation's average carries its checkpoints' record on
+    ev.mkdir()
+    EVALUATION.write(ev, {"checkpoints": ["x"], "made_from": made_from(data)})
+    check_made_from(ev / "averaged.pt", data, "TASK")
+    EVALUATION.write(ev, {"checkpoints": ["x"], "made_from": None})  # of checkpoints no record spoke for
+    check_made_from(ev / "averaged.pt", data, "TASK")
+
+
+@pytest.mark.slow
+def test_a_task_prepared_again_is_refused_by_resume_evaluation_export_and_translation(tree, tmp_path):
+    """The En-De tree's task prepared again with a dictionary of the same size (two entries
+    swapped): the run's resume, the evaluation of its checkpoints, the export of its average
+    and a translation with its checkpoint are each refused in one line naming the file; the same
+    commands on the task as it was go through (the tree fixture ran them)."""
+    import shutil
+
+    from recipe_helpers import recipe_main, train_main
+
+    task, ck, ev = tmp_path / "task", tmp_path / "ck", tmp_path / "ev"
+    for name, copy in (("task", task), ("ck", ck), ("ev", ev)):
+        shutil.copytree(tree / name, copy)
+    dictionaries = sorted((task / "data-bin").glob("dict.*.txt"))
+    for path in dictionaries:
+        rows = path.read_text(encoding="utf-8").splitlines(True)
+        rows[0], rows[1] = rows[1], rows[0]
+        path.write_text("".join(rows), encoding="utf-8")
+    name = dictionaries[0].name
+    before = {p.name: p.read_bytes() for p in ck.iterdir()}
+
+    resumed = train_main("--data", task, "--arch", "transformer_csan2d", "--save-dir", ck, "--cpu-tiny", check=False)
+    assert resumed.returncode == 2 and "holds a run made from other data than" in resumed.stderr
+    assert f"{name} (sha256 " in resumed.stderr and "the task was prepared again" in resumed.stderr
+    assert {p.name: p.read_bytes() for p in ck.iterdir() if p.name != ".lock"} == \
+        {k: v for k, v in before.items() if k != ".lock"}  # nothing resumed, nothing rewritten
+    evaluated = recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--out", tmp_path / "ev2", "--last", 2,
+                            "--cpu")
+    assert evaluated.returncode != 0 and "was made from other data than" in evaluated.stderr
+    assert f"{name} (sha256 " in evaluated.stderr and not (tmp_path / "ev2" / "results.json").exists()
+    exported = recipe_main("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", tmp_path / "model")
+    assert exported.returncode != 0 and "averaged.pt was made from other data than" in exported.stderr
+    assert "evaluation.json recorded it" in exported.stderr and not (tmp_path / "model").exists()
+    (tmp_path / "mine.en").write_text("a man .\n")
+    translated = recipe_main("translate", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--input",
+                             tmp_path / "mine.en", "--output", tmp_path / "mine.de", "--cpu")
+    assert translated.returncode != 0 and "was made from other data than" in translated.stderr
+    assert not (tmp_path / "mine.de").exists()
+
+
+# ======================================================================== child processes
+
+def test_a_child_writes_its_output_where_asked_and_reads_the_files_given(tmp_path):
+    write(tmp_path / "a", ["one"])
+    write(tmp_path / "b", ["two"])
+    script = "import sys; data = sys.stdin.read(); print(data.upper(), end=''); print('a warning', file=sys.stderr)"
+    out = tmp_path / "out"
+    ended = runner.run_child([sys.executable, "-c", script], out, stdin=[tmp_path / "a", tmp_path / "b"],
+                             errors_to_out=False)
+    assert ended == runner.Ended(0) and out.read_text() == "ONE\nTWO\n"  # the warning went to stderr, not the data
+    ended = runner.run_child([sys.executable, "-c", script + "; sys.exit(3)"], out, append=True)
+    assert ended.code == 3 and ended.signal is None and out.read_text() == "ONE\nTWO\na warning\n"
+
+
+# a parent that runs a child through run_child and prints how it ended; the child says when it
+# is ready, and its process group, then sleeps (IGNORE: the signals it ignores, to be killed)
+PARENT = """
+import signal, sys
+from fairseq_csan.recipes import runner
+runner.RESEND_S = 1
+child = '''
+import os, signal, sys, time
+for name in sys.argv[1].split(","):
+    if name:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+print("ready", os.getpgrp(), flush=True)
+time.sleep(60)
+'''
+ended = runner.run_child([sys.executable, "-c", child, sys.argv[1]], sys.argv[2], name="the child",
+                         resend=sys.argv[3] == "resend", kill_after=float(sys.argv[4]) or None)
+print("ended", ended.code, ended.signal, flush=True)
+"""
+
+
+def run_parent(tmp_path, ignored, resend, kill_after, signum):
+    out = tmp_path / "child.out"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, ignored, str(out), resend, str(kill_after)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (out.is_file() and "ready" in out.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    child_group = int(out.read_text().split()[1])
+    assert child_group != os.getpgrp()  # a process group of its own: a terminal's Ctrl-C reaches the parent alone
+    parent.send_signal(signum)
+    stdout, stderr = parent.communicate(timeout=60)
+    return child_group, stdout, stderr
+
+
+def test_a_signal_is_passed_on_once_and_the_parent_waits_for_the_child(tmp_path):
+    group, stdout, stderr = run_parent(tmp_path, "", "once", 0, signal.SIGTERM)
+    assert f"SIGTERM: passed on to the child (pid {group}); waiting for it to stop" in stderr
+    assert f"the child (pid {group}) stopped after SIGTERM" in stderr and "passed on again" not in stderr
+    assert stdout == f"ended {128 + signal.SIGTERM} {int(signal.SIGTERM)}\n"
+
+
+def test_a_child_that_lost_the_signal_gets_it_again_and_one_that_ignores_it_is_killed(tmp_path):
+    group, stdout, stderr = run_parent(tmp_path, "SIGINT", "resend", 3.5, signal.SIGINT)
+    assert stderr.count(f"the child (pid {group}) still runs 1 s after SIGINT: passed on again") >= 2
+    assert f"the child (pid {group}) still runs 3.5 s after SIGINT: killed" in stderr
+    assert stdout == f"ended {128 + signal.SIGINT} {int(signal.SIGINT)}\n"
