@@ -16,12 +16,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # worker and in every process a test starts, so no core runs two busy thread pools
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
-# tests/startup/sitecustomize.py in every process of the suite: fewer garbage collections (its
-# docstring says why); set here, before pytest-xdist starts its workers, which inherit it
-STARTUP = str(Path(__file__).resolve().parent / "startup")
-if STARTUP not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [STARTUP, os.environ.get("PYTHONPATH")]))
-
 import torch  # noqa: E402
 
 import fairseq_csan  # noqa: F401  (registers the architectures)
@@ -59,15 +53,6 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
-
-
-def pytest_collection_finish(session):
-    """What the suite's process holds once every test is collected (torch, fairseq, the test
-    modules) lives to the end: frozen, the garbage collector no longer passes over it (as
-    tests/startup/sitecustomize.py explains)."""
-    import gc
-
-    gc.freeze()
 
 
 # the smallest dimensions at which every setting under test is legal (4 heads, 3 layers)

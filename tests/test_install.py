@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import STARTUP, shared_corpus
+from conftest import shared_corpus
 from recipe_helpers import lines, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -280,7 +280,6 @@ def _offline_env(venv: Path, home: Path):
            "PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
     if "CSAN_SHARED_DATA" in os.environ:
         env["CSAN_SHARED_DATA"] = os.environ["CSAN_SHARED_DATA"]
-    env["PYTHONPATH"] = STARTUP  # the suite's garbage-collection settings alone (tests/startup), no code under test
     return env
 
 

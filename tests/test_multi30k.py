@@ -193,11 +193,11 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
     for split in ("train", "val", "test_2016_flickr"):
         for lang in ("en", "de"):
             write(raw / f"{split}.{lang}", ["a"])
+    write(raw / "train.de", ["a", "b"])  # not line-aligned with train.en: the real preparation fails
     out.mkdir()
     (out / "settings.json").write_text(json.dumps({"raw_dir": "/elsewhere"}))
     from fairseq_csan.recipes import multi30k as module
 
-    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
     with pytest.raises(SystemExit, match="data preparation failed"):
         module.main(["--raw-dir", str(raw), "--out", str(out)])
     assert json.loads((out / "settings.json").read_text())["raw_dir"] == str(raw.resolve())
@@ -231,7 +231,6 @@ def test_the_settings_of_an_earlier_version_are_other_settings(tmp_path, monkeyp
             write(raw / f"{split}.{lang}", ["a"])
     (out / "runs" / "transformer" / "seed1").mkdir(parents=True)
     (out / "settings.json").write_text(json.dumps({"raw_dir": str(raw.resolve()), "jobs": 2}))
-    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
     with pytest.raises(SystemExit, match="holds runs with other settings"):
         module.main(["--raw-dir", str(raw), "--out", str(out)])
 
