@@ -4,4 +4,6 @@ under its old name (``--help`` lists the options)."""
 from fairseq_csan.recipes.translate import main
 
 if __name__ == "__main__":
-    main()
+    from fairseq_csan.recipes.runner import as_command
+
+    as_command(main)

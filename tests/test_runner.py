@@ -623,3 +623,17 @@ def test_a_child_that_lost_the_signal_gets_it_again_and_one_that_ignores_it_is_k
     assert stderr.count(f"the child (pid {group}) still runs 1 s after SIGINT: passed on again") >= 2
     assert f"the child (pid {group}) still runs 3.5 s after SIGINT: killed" in stderr
     assert stdout == f"ended {128 + signal.SIGINT} {int(signal.SIGINT)}\n"
+
+
+def test_a_fault_of_the_machine_is_one_line_naming_the_file(tmp_path):
+    """A command run as its process (python -m) stopped by a file-size limit (ulimit -f, as a
+    full disk would): one line naming the file and what to do, exit 1, no traceback, nothing
+    half written."""
+    out = tmp_path / "toy"
+    done = subprocess.run(["bash", "-c", f'ulimit -f 50; exec "{sys.executable}" -m fairseq_csan.recipes.toy_corpus "{out}"'],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"[toy_corpus] error: {out / 'train.en'}: File too large; raise the file-size limit (ulimit -f), then run the "
+        "same command again (no output is left half written)")
+    assert not [p for p in out.rglob("*") if p.is_file() and p.name != ".lock"]  # no part of a file, no temporary

@@ -711,4 +711,6 @@ def sentences(args, dictionary, tuned):
 
 
 if __name__ == "__main__":
-    main()
+    from .runner import as_command
+
+    as_command(main)

@@ -237,9 +237,39 @@ def atomic(*paths):
                 os.fsync(f.fileno())
         for part, path in zip(parts, paths):
             os.replace(part, path)
+    except OSError as error:  # a write (a full disk, a file-size limit) names no file: the output's
+        if error.filename is None or str(error.filename) in map(str, parts):
+            error.filename = " and ".join(map(str, paths))
+        raise
     finally:
         for part in parts:
             part.unlink(missing_ok=True)
+
+
+ADVICE = {errno.ENOSPC: "free space on its disk", errno.EDQUOT: "free space within your disk quota",
+          errno.EFBIG: "raise the file-size limit (ulimit -f)", errno.EACCES: "give a place where you can write",
+          errno.EPERM: "give a place where you can write", errno.EROFS: "give a place on a disk that can be written"}
+
+
+def as_command(main: Callable[[], None]) -> None:
+    """A command's process (``python -m MODULE``): ``main()``, with a fault of the machine's (a
+    full disk, a file-size limit, a folder that cannot be written: OSError) or a damaged record
+    told in one line naming the file and what to do, exit 1, instead of a traceback. What the
+    command writes goes through :func:`atomic`, so no output is left half written; a rerun goes
+    on from its last finished step."""
+    spec = getattr(sys.modules.get(main.__module__), "__spec__", None)  # python -m: __main__, its spec the module
+    name = (spec.name if spec else main.__module__).rpartition(".")[2]
+    try:
+        main()
+    except Damaged as error:
+        print(f"[{name}] error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except OSError as error:
+        where = error.filename or "a file it writes"
+        what = error.strerror or str(error)
+        print(f"[{name}] error: {where}: {what}; {ADVICE.get(error.errno, 'see above')}, then run the same command "
+              "again (no output is left half written)", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def write_atomically(path: Path, data) -> None:

@@ -156,4 +156,6 @@ def write_corpus(folder: Path, texts: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from .runner import as_command
+
+    as_command(main)

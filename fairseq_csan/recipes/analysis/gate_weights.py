@@ -234,4 +234,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from ..runner import as_command
+
+    as_command(main)
