@@ -1,8 +1,9 @@
-"""examples/quickstart.sh: the task recipes' pipeline at a small size (toy corpus or Multi30k ->
-fairseq_csan.recipes.prepare -> scripts/train.sh -> scripts/evaluate.sh -> export.py); its
-settings checked before anything is written; then fairseq-interactive and the hub interface on
-what it wrote. Its training, evaluation and export for every architecture family, on one
-Multi30k subset prepared once."""
+"""examples/quickstart.sh, the door of fairseq_csan/recipes/quickstart.py: the task recipes'
+pipeline at a small size (toy corpus or Multi30k -> fairseq_csan.recipes.prepare ->
+scripts/train.sh -> scripts/evaluate.sh -> export.py); its settings, environment variables or
+the options of the same names, checked before anything is written; then fairseq-interactive and
+the hub interface on what it wrote. Its training, evaluation and export for every architecture
+family, on one Multi30k subset prepared once."""
 
 import json
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import run
+from recipe_helpers import in_process, run
 from fairseq_csan.modules import SELF_ATTENTION_VARIANTS
 
 QUICKSTART = REPO / "examples" / "quickstart.sh"
@@ -58,14 +59,33 @@ def check_outputs(work: Path, arch: str, n_test: int, stdout: str, model: Path =
     assert lines[at + 1].strip() == f"-> {done.stdout.strip()}"
 
 
-def quickstart(env, tmp_path):
+def door(args, env, tmp_path):
+    """bash examples/quickstart.sh ARGS, with WORK in tmp_path and the settings ``env``."""
     full = {**os.environ, "WORK": str(tmp_path / "work"), **env,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run(["bash", "examples/quickstart.sh"], capture_output=True, text=True, cwd=REPO, env=full,
-                          timeout=120)
+    return subprocess.run(["bash", "examples/quickstart.sh", *args], capture_output=True, text=True, cwd=REPO,
+                          env=full, timeout=120)
 
 
-@pytest.mark.slow
+def quickstart(env, tmp_path, argv=()):
+    """The quick start's main (python -m fairseq_csan.recipes.quickstart ARGV, which the door
+    runs) in this process, with WORK in tmp_path and the settings ``env`` as environment
+    variables: for refusals and dry runs, which start nothing (the door itself: door())."""
+    from fairseq_csan.recipes import quickstart as module
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"WORK": str(tmp_path / "work"), **env}.items():
+            patch.setenv(name, value)
+        return in_process(module.main, list(argv), check=False)
+
+
+def refused(done, message):
+    """Refused with exit 2, in one line that holds ``message`` (after the usage line, for a word
+    that is no option)."""
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("usage: ")]
+    return done.returncode == 2 and len(lines) == 1 and message in lines[0]
+
+
 @pytest.mark.parametrize("corpus", [False, True], ids=["toy", "multi30k"])
 def test_every_setting_changes_the_commands_or_is_refused(tmp_path, corpus):
     """No setting of the quick start is accepted and ignored: with the toy corpus and with
@@ -104,16 +124,16 @@ def test_quickstart_errors_name_the_fix(tmp_path):
             (corpus / f"{split}.{lang}").parent.mkdir(parents=True, exist_ok=True)
             (corpus / f"{split}.{lang}").write_text("x\n", encoding="utf-8")
     done = quickstart({"CORPUS": str(corpus)}, tmp_path)
-    assert done.returncode != 0 and f"missing {corpus}/train.de" in done.stderr and "SRC and TGT set the languages" in done.stderr
+    assert refused(done, f"missing {corpus}/train.de") and "SRC and TGT set the languages" in done.stderr
     done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "fr"}, tmp_path)
-    assert done.returncode != 0 and f"missing {corpus}/train.fr" in done.stderr
+    assert refused(done, f"missing {corpus}/train.fr")
     (corpus / "test.zh").rename(corpus / "eval.zh")
     done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en"}, tmp_path)
-    assert done.returncode != 0 and f"CORPUS={corpus} holds no test set test*.zh" in done.stderr
+    assert refused(done, f"CORPUS={corpus} holds no test set test*.zh")
     for lang in ("zh", "en"):
         (corpus / f"valid.{lang}").write_text("x\n", encoding="utf-8")
     done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en"}, tmp_path)
-    assert done.returncode != 0 and "holds both val.zh and valid.zh" in done.stderr
+    assert refused(done, "holds both val.zh and valid.zh")
     for lang in ("zh", "en"):
         (corpus / f"valid.{lang}").unlink()
     (corpus / "eval.zh").rename(corpus / "test.zh")
@@ -127,17 +147,112 @@ def test_quickstart_errors_name_the_fix(tmp_path):
                          ({"SRC": "en", "TGT": "en"}, "SRC and TGT are both en"),
                          ({"CORPUS": str(corpus), "SRC": "Chinese"}, "SRC must be a language code")):
         done = quickstart(env, tmp_path)
-        assert done.returncode != 0 and message in done.stderr, (env, done.stderr)
+        assert refused(done, message), (env, done.stderr)
     done = quickstart({"ARCH": "transformer_csan3d"}, tmp_path)
-    assert done.returncode != 0 and "unknown architecture 'transformer_csan3d'" in done.stderr
+    assert refused(done, "unknown architecture 'transformer_csan3d'")
     done = quickstart({"DEVICE": "tpu"}, tmp_path)
-    assert done.returncode != 0 and "DEVICE must be auto, cpu or cuda" in done.stderr
-    done = quickstart({"MAX_UPDATE": "ten"}, tmp_path)
-    assert done.returncode != 0 and "MAX_UPDATE must be a positive whole number, got 'ten'" in done.stderr
+    assert refused(done, "DEVICE must be auto, cpu or cuda")
+    done = door([], {"MAX_UPDATE": "ten"}, tmp_path)  # the door refuses as its module does
+    assert refused(done, "MAX_UPDATE must be a positive whole number, got 'ten'"), done.stderr
     assert not (tmp_path / "work").exists()  # nothing written before the settings are checked
     helped = subprocess.run(["bash", "examples/quickstart.sh", "--help"], capture_output=True, text=True, cwd=REPO)
     assert helped.returncode == 0 and "ARCH" in helped.stdout and "DEVICE" in helped.stdout
     assert "1/5" not in helped.stdout  # it printed its settings and started nothing
+
+
+@pytest.mark.parametrize("corpus", [False, True], ids=["toy", "multi30k"])
+def test_every_option_changes_the_commands_or_is_refused(tmp_path, corpus):
+    """The settings as options (python -m fairseq_csan.recipes.quickstart --dim 64 ...): each
+    changes the commands (--dry-run lists them) or is refused with one line, as do words that are
+    no option."""
+    import shutil
+
+    import torch
+
+    from recipe_helpers import walk_options
+
+    base = ["--dry-run", "--device", "cpu", *(["--corpus", str(shared_corpus("multi30k_en_de"))] if corpus else [])]
+    other = tmp_path / "m30k_copy"
+    shutil.copytree(shared_corpus("multi30k_en_de"), other)
+
+    def plan(extra):
+        done = quickstart({}, tmp_path, [*base, *extra])
+        refusal = done.stderr.strip() or f"exit {done.returncode}"
+        return re.sub(r"\d\d:\d\d:\d\d", "TIME", done.stdout), refusal if done.returncode else None
+
+    options = [["--corpus", other], ["--work", tmp_path / "elsewhere"], ["--arch", "transformer"],
+               ["--model", tmp_path / "model"], ["--device", "gpu"], ["--max-update", "7"], ["--dim", "64"],
+               ["--max-tokens", "1000"], ["--bpe-merges", "100"], ["--model-flags=--dropout 0.2"],
+               ["--toy-args", "--train 100"], ["--force"], ["--src", "de", "--tgt", "en"], ["--src", "fr"],
+               ["--tgt", "fr"], ["--device", "auto" if torch.cuda.is_available() else "cuda"],
+               ["--dim", ""], ["--dim"], ["--max-update", "0"], ["--force=1"], ["--", "--fp16"]]
+    walk_options(plan, options)
+    assert not (tmp_path / "work").exists()  # a dry run writes nothing
+
+
+def test_each_option_is_its_environment_variable(tmp_path):
+    """An option and its variable give the same commands; an option given wins over its variable;
+    a refusal names the setting as it was given."""
+    m30k = str(shared_corpus("multi30k_en_de"))
+    same = [("CORPUS", "--corpus", m30k), ("WORK", "--work", str(tmp_path / "w2")), ("ARCH", "--arch", "transformer"),
+            ("MODEL", "--model", str(tmp_path / "m")), ("DEVICE", "--device", "auto"),
+            ("MAX_UPDATE", "--max-update", "7"), ("DIM", "--dim", "64"), ("MAX_TOKENS", "--max-tokens", "1000"),
+            ("BPE_MERGES", "--bpe-merges", "100"), ("MODEL_FLAGS", "--model-flags", "--dropout 0.2"),
+            ("TOY_ARGS", "--toy-args", "--train 100"), ("FORCE", "--force", "1"), ("SRC", "--src", "de")]
+    listed = "TIME] DRY_RUN=1: the commands above were listed, not run"
+
+    def commands(done):
+        assert done.returncode == 0, done.stderr
+        return re.sub(r"\d\d:\d\d:\d\d", "TIME", done.stdout).replace("TIME] --dry-run:", "TIME] DRY_RUN=1:")
+
+    for var, flag, value in same:
+        other = {"TGT": "en"} if var == "SRC" else {}  # de-en, the toy corpus's other direction
+        env = {"DRY_RUN": "1", "DEVICE": "cpu", var: value, **other}
+        argv = ["--dry-run", "--device", "cpu", flag, *([value] if var != "FORCE" else []),
+                *[word for name, v in other.items() for word in (f"--{name.lower()}", v)]]
+        by_variable, by_option = commands(quickstart(env, tmp_path)), commands(quickstart({}, tmp_path, argv))
+        assert by_option == by_variable and listed in by_option, (var, by_option)
+    # the option wins; the variable is its default
+    done = quickstart({"DIM": "64", "MAX_UPDATE": "ten"}, tmp_path, ["--dim", "48", "--max-update", "9", "--dry-run",
+                                                                      "--device", "cpu"])
+    assert "--encoder-embed-dim 48 " in done.stdout and "--max-update 9 " in done.stdout, done.stderr
+    assert "--dry-run: the commands above were listed, not run" in done.stdout
+    assert "--encoder-embed-dim 64 " in quickstart({"DIM": "64"}, tmp_path, ["--dry-run", "--device", "cpu"]).stdout
+    for argv, message in ((["--max-update", "ten"], "--max-update must be a positive whole number, got 'ten'"),
+                          (["--device", "tpu"], "--device must be auto, cpu or cuda, got 'tpu'"),
+                          (["--src", "Chinese"], "--src must be a language code"),
+                          (["--src", "fr", "--tgt", "en"], "--src fr --tgt en: the toy corpus is English-German "
+                           "(en-de or de-en); give --corpus DIR for another pair"),
+                          (["--src", "en", "--tgt", "en"], "--src and --tgt are both en"),
+                          (["--corpus", str(tmp_path / "none")], f"--corpus {tmp_path / 'none'} is not a folder"),
+                          (["--corpus", m30k, "--toy-args", "--train 9"], f"--toy-args sets the toy corpus, and "
+                           f"--corpus {m30k} replaces it"),
+                          (["--arch", "transformer_csan3d"], "unknown architecture 'transformer_csan3d'"),
+                          (["--dim", ""], "--dim needs a value"), (["--dim"], "--dim needs a value"),
+                          (["--bogus"], "unknown argument '--bogus' (--help lists the settings)"),
+                          (["extra"], "unknown argument 'extra'"),
+                          (["--", "--fp16"], "fairseq-train flags go in --model-flags (MODEL_FLAGS)")):
+        done = quickstart({}, tmp_path, argv)
+        assert refused(done, message), (argv, done.stderr)
+    assert not (tmp_path / "work").exists()  # nothing written before the settings are checked
+
+
+def test_the_door_passes_options_on(tmp_path):
+    """bash examples/quickstart.sh --dim 48 ...: the module's options through the door, and its
+    help lists every option with its variable (python -m fairseq_csan.recipes.quickstart --help
+    prints the same)."""
+    done = door(["--dim", "48", "--dry-run", "--device", "cpu"], {}, tmp_path)
+    assert done.returncode == 0 and "--encoder-embed-dim 48 " in done.stdout, done.stderr[-2000:]
+    assert "--dry-run: the commands above were listed, not run" in done.stdout and not (tmp_path / "work").exists()
+    helped = subprocess.run([sys.executable, "-m", "fairseq_csan.recipes.quickstart", "--help"], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert helped.returncode == 0 and helped.stdout == door(["--help"], {}, tmp_path).stdout
+    for flag, var in (("--corpus DIR", "CORPUS"), ("--src", "SRC"), ("--tgt", "TGT"), ("--work", "WORK"),
+                      ("--arch", "ARCH"), ("--model DIR", "MODEL"), ("--device", "DEVICE"),
+                      ("--max-update", "MAX_UPDATE"), ("--dim", "DIM"), ("--max-tokens", "MAX_TOKENS"),
+                      ("--bpe-merges", "BPE_MERGES"), ("--model-flags", "MODEL_FLAGS"), ("--toy-args", "TOY_ARGS"),
+                      ("--force", "FORCE=1"), ("--dry-run", "DRY_RUN=1")):
+        assert re.search(rf"^  {re.escape(flag)}\b.*\s+{re.escape(var)}:", helped.stdout, re.M), (flag, helped.stdout)
 
 
 @pytest.mark.slow

@@ -637,3 +637,11 @@ def test_a_fault_of_the_machine_is_one_line_naming_the_file(tmp_path):
         f"[toy_corpus] error: {out / 'train.en'}: File too large; raise the file-size limit (ulimit -f), then run the "
         "same command again (no output is left half written)")
     assert not [p for p in out.rglob("*") if p.is_file() and p.name != ".lock"]  # no part of a file, no temporary
+
+
+def test_a_child_shown_as_it_writes_keeps_the_lines_asked_for(tmp_path, capfd):
+    script = "import sys; print('+ a command'); print('noise'); print('| train_inner | 1'); sys.stdout.write('+ end')"
+    out = tmp_path / "out"
+    ended = runner.run_child([sys.executable, "-c", script], out, show=True, keep=re.compile(rb"^\+ |train_inner"))
+    assert ended.code == 0 and out.read_text() == "+ a command\nnoise\n| train_inner | 1\n+ end"
+    assert capfd.readouterr().out == "+ a command\n| train_inner | 1\n+ end\n"  # the last line without its newline too

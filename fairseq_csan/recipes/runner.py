@@ -590,7 +590,7 @@ class Ended:
 
 
 def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = False, show: bool = False,
-              errors_to_out: bool = True,
+              keep: Optional["re.Pattern"] = None, errors_to_out: bool = True,
               stdin: Iterable[Path] = (), env: Optional[dict] = None, cwd=None, keep_fds: Sequence[int] = (),
               with_parent: bool = False, whole_group: bool = False, resend: bool = False,
               kill_after: Optional[float] = None, name: str = "the child", say: Callable[[str], None] = None,
@@ -599,7 +599,8 @@ def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = F
 
     - ``out``: the file its output and errors go to (``append``: added to its end; not
       ``errors_to_out``: its output alone, its errors to this process's stderr), else this
-      process's stderr; ``show``: what it writes to ``out`` is shown on this stdout as it grows.
+      process's stderr; ``show``: what it writes to ``out`` is shown on this stdout as it grows
+      (``keep``: only its lines that match).
     - ``stdin``: files fed to its input, one after the other.
     - ``keep_fds``: descriptors it inherits (a :class:`WriterLock`'s: the lock stays held while
       it runs, even when this process is killed); ``with_parent``: it is killed when this process
@@ -617,7 +618,7 @@ def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = F
     """
     say = say or (lambda message: print(message, file=sys.stderr, flush=True))
     argv = [str(w) for w in command]
-    received, passed, child = [], [], None
+    received, passed, child, rest = [], [], None, b""
 
     def deliver(signum):
         target = (lambda s: os.killpg(child.pid, s)) if whole_group else child.send_signal
@@ -691,6 +692,10 @@ def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = F
                     deliver(received[-1])
             if shown is not None:
                 chunk = shown.read()
+                if keep is not None and (chunk or ended):  # whole lines only: the last one waits for its end
+                    lines = (rest + chunk).split(b"\n")
+                    rest = lines.pop() if not ended else b""
+                    chunk = b"".join(line + b"\n" for line in lines if keep.search(line))
                 if chunk:
                     sys.stdout.buffer.write(chunk)
                     sys.stdout.flush()

@@ -1,0 +1,359 @@
+"""The quick start: the task recipes' own pipeline at a small size, offline.
+  1 corpus    a toy En-De corpus (fairseq_csan.recipes.toy_corpus), or your own from CORPUS
+  2 prepare   each language's tokenisation, joint BPE, fairseq-preprocess
+              (fairseq_csan.recipes.prepare, as examples/*/prepare.sh)
+  3 train     scripts/train.sh: a small ARCH model (fairseq-train --user-dir fairseq_csan)
+  4 evaluate  scripts/evaluate.sh: the last 5 checkpoints averaged, beam 4, BLEU and chrF
+  5 export    a fairseq model folder (fairseq_csan.recipes.export), and one sentence
+              translated with TransformerModel.from_pretrained(folder)
+Each step's command is printed ("+ ...") and run; a rerun skips what is done and redoes what was
+made from changed inputs. How long it takes, and what it prints: docs/recipes.md (The quick start).
+
+examples/quickstart.sh is its door. Every setting (an option, else its environment variable, else
+its default) is checked before anything is written, a bad one refused in one line (exit 2). Each
+step then runs as a child process (runner.run_child), so it skips, redoes and refuses exactly as
+it does on its own; its output is shown as it comes (of the training's, its progress lines alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from .command_line import Parser
+from .runner import run_child, shell_words
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the clone's scripts/, examples/
+DEFAULT_ARCH = "transformer_csan2d"
+# the lines of scripts/train.sh's output the quick start shows: its commands, progress and end
+TRAINING_PROGRESS = re.compile(rb"^\+ |\| (train_inner|valid) \||done training")
+
+# Each setting: its option, the environment variable that is its default where set and not empty
+# (an option given wins), its metavar (None: a switch, whose variable is 0 or 1), its default
+# (None: worked out from the corpus) and its help.
+SETTINGS = (
+    ("--corpus", "CORPUS", "DIR", "", "a folder of line-aligned UTF-8 files in both languages: train.SRC/.TGT, val "
+     "or valid, and one or more test* (the first in name order is the test set; Multi30k's own names work as they "
+     "are: en-de with val and test_2016_flickr alone is prepared as examples/multi30k/prepare.sh, any other as your "
+     "own files, prepare files). Default: the toy corpus, written to WORK/raw"),
+    ("--src", "SRC", "LANG", "en", "the source language, as the files' suffix (default en)"),
+    ("--tgt", "TGT", "LANG", "de", "the target language (default de); the toy corpus is English-German (en-de or "
+     "de-en)"),
+    ("--work", "WORK", "DIR", None, "output folder (default work/quickstart/<toy or the corpus folder's name>, with "
+     "_SRC_TGT added for a pair other than en-de)"),
+    ("--arch", "ARCH", "ARCH", DEFAULT_ARCH, "architecture (default transformer_csan2d): any registered one, fairseq's "
+     "transformer and our baselines included; a variant goes in the lower 2 of 3 encoder layers"),
+    ("--model", "MODEL", "DIR", None, "the exported model folder (default WORK/model, WORK/model_ARCH for another "
+     "ARCH)"),
+    ("--device", "DEVICE", "DEVICE", "auto", "auto (default: the GPU when torch sees one, else the CPU), cpu or cuda"),
+    ("--max-update", "MAX_UPDATE", "N", None, "training updates (default 400 for the toy corpus, 600 for a CORPUS)"),
+    ("--dim", "DIM", "N", None, "model width (default 128 toy, 256 for a CORPUS); FFN width is 2*DIM"),
+    ("--max-tokens", "MAX_TOKENS", "N", "4096", "tokens per batch (default 4096)"),
+    ("--bpe-merges", "BPE_MERGES", "N", None, "joint BPE merge operations (default 2000 toy, 8000 for a CORPUS, as "
+     "for Multi30k)"),
+    ("--model-flags", "MODEL_FLAGS", "FLAGS", "", "extra fairseq-train flags, appended last so they win"),
+    ("--toy-args", "TOY_ARGS", "ARGS", "", 'options for the toy corpus writer (default: its own, "--train 20000 '
+     '--valid 500 --test 500")'),
+    ("--force", "FORCE", None, "0", "redo every step, replacing what the kit wrote in WORK (a file of yours there is "
+     "named and refused, never removed)"),
+    ("--dry-run", "DRY_RUN", None, "0", "print the commands each step would run, and exit (nothing is written)"),
+)
+MAY_BE_EMPTY = ("--corpus", "--model-flags", "--toy-args")  # "": the toy corpus, no flags, the writer's own
+
+
+class Refused(Exception):
+    """A setting the quick start cannot run with; the message names it and what is allowed."""
+
+
+def parser() -> Parser:
+    p = Parser(prog="examples/quickstart.sh", refusal=Refused, unknown_hint=" (--help lists the settings)",
+               usage="bash examples/quickstart.sh [options]   (or python -m fairseq_csan.recipes.quickstart [options])",
+               description=__doc__.split("\n\n")[0],
+               epilog="Each option's environment variable (in capitals before its help) is its default where set and\n"
+                      "not empty (SETTING=VALUE bash examples/quickstart.sh); an option given wins. A value that\n"
+                      "starts with '-' is given as --option=VALUE.")
+    for flag, var, metavar, _default, text in SETTINGS:
+        if metavar is None:
+            p.add_argument(flag, action="store_const", const="1", default=argparse.SUPPRESS, help=f"{var}=1: {text}")
+        else:
+            p.add_argument(flag, metavar=metavar, default=argparse.SUPPRESS, help=f"{var}: {text}")
+    return p
+
+
+class Settings:
+    """The settings' values (strings), each from its option, else its environment variable, else
+    its default; a message names each as it was given (one not given: as the others were)."""
+
+    def __init__(self, argv: List[str]):
+        given, after = parser().read(argv)
+        if after:
+            raise Refused("nothing goes after --: fairseq-train flags go in --model-flags (MODEL_FLAGS)")
+        self.given = {k: v for k, v in vars(given).items() if k != "help"}
+        self.flag, self.var, self.value, self.switches = {}, {}, {}, set()
+        for flag, var, metavar, default, _text in SETTINGS:
+            dest = flag[2:].replace("-", "_")
+            self.flag[dest], self.var[dest] = flag, var
+            if metavar is None:
+                self.switches.add(dest)
+            if self.given.get(dest) == "" and flag not in MAY_BE_EMPTY:
+                raise Refused(f"{flag} needs a value")
+            self.value[dest] = self.given[dest] if dest in self.given else os.environ.get(var) or default
+
+    def by_option(self, dest: str) -> bool:
+        if dest in self.given or os.environ.get(self.var[dest]):
+            return dest in self.given
+        return bool(self.given)
+
+    def name(self, dest: str) -> str:
+        return self.flag[dest] if self.by_option(dest) else self.var[dest]
+
+    def shown(self, dest: str, value: Optional[str] = None) -> str:
+        """The setting with its value: ``--src fr`` or ``SRC=fr`` (``--dry-run`` or ``DRY_RUN=1``)."""
+        value = self.value[dest] if value is None else value
+        if not self.by_option(dest):
+            return f"{self.var[dest]}={value}"
+        return self.flag[dest] if dest in self.switches else f"{self.flag[dest]} {value}"
+
+
+def say(message: str) -> None:
+    print(f"[quickstart {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def check(s: Settings) -> dict:
+    """The settings checked, as the quick start runs them (nothing is written here)."""
+    v = s.value
+    corpus, src, tgt, arch = v["corpus"], v["src"], v["tgt"], v["arch"]
+    toy = corpus == ""
+    defaults = dict(max_update="400", bpe_merges="2000", dim="128") if toy else \
+        dict(max_update="600", bpe_merges="8000", dim="256")
+    for dest, default in defaults.items():
+        v[dest] = v[dest] or default
+    name = "toy" if toy else os.path.basename(corpus.rstrip("/")) or "/"
+    if f"{src}-{tgt}" != "en-de":
+        name = f"{name}_{src}_{tgt}"
+    work = v["work"] or f"work/quickstart/{name}"
+    model = v["model"] or (f"{work}/model" if arch == DEFAULT_ARCH else f"{work}/model_{arch}")
+
+    if shutil.which("fairseq-train") is None:
+        raise Refused("fairseq-train not found; install first: bash scripts/install.sh")
+    if not os.path.isfile(f"{ROOT}/scripts/train.sh"):
+        raise Refused(f"the quick start runs a clone's scripts/train.sh and scripts/evaluate.sh, and {ROOT} has none: "
+                      "run it from a clone")
+    for dest in ("src", "tgt"):
+        if not re.fullmatch(r"[a-z]{2,3}(_[A-Za-z0-9]+)?", v[dest]):
+            raise Refused(f"{s.name(dest)} must be a language code as the files' suffix (en, fr, zh, pt_BR), got "
+                          f"'{v[dest]}'")
+    if src == tgt:
+        raise Refused(f"{s.name('src')} and {s.name('tgt')} are both {src}: give two languages")
+    if toy and f"{src}-{tgt}" not in ("en-de", "de-en"):
+        raise Refused(f"{s.shown('src')} {s.shown('tgt')}: the toy corpus is English-German (en-de or de-en); give "
+                      f"{s.shown('corpus', 'DIR')} for another pair")
+    if v["device"] not in ("auto", "cpu", "cuda"):
+        raise Refused(f"{s.name('device')} must be auto, cpu or cuda, got '{v['device']}'")
+    for dest in ("force", "dry_run"):
+        if v[dest] not in ("0", "1"):
+            raise Refused(f"{s.name(dest)} must be 0 or 1, got '{v[dest]}'")
+    for dest in ("max_update", "dim", "max_tokens", "bpe_merges"):
+        if not re.fullmatch(r"[1-9][0-9]*", v[dest]):
+            raise Refused(f"{s.name(dest)} must be a positive whole number, got '{v[dest]}'")
+    valid, tests = "val", []
+    if not toy:
+        if v["toy_args"]:
+            raise Refused(f"{s.name('toy_args')} sets the toy corpus, and {s.shown('corpus')} replaces it; leave out "
+                          "one of them")
+        if not os.path.isdir(corpus):
+            raise Refused(f"{s.shown('corpus')} is not a folder")
+        if os.path.exists(f"{corpus}/val.{src}") and os.path.exists(f"{corpus}/valid.{src}"):
+            raise Refused(f"{s.shown('corpus')} holds both val.{src} and valid.{src}: move one of them out of the way")
+        if os.path.exists(f"{corpus}/valid.{src}"):
+            valid = "valid"
+        # in byte order of their names; a test set without its TGT side is left out
+        for file in sorted(fnmatch.filter(os.listdir(corpus), f"test*.{src}"), key=os.fsencode):
+            stem = file[:-len(f".{src}")]
+            if os.path.exists(f"{corpus}/{stem}.{tgt}"):
+                tests.append(stem)
+            else:
+                say(f"  {os.path.join(corpus, file)} has no {stem}.{tgt}: not a test set here")
+
+        def need(split):
+            for lang in (src, tgt):
+                if not (os.path.exists(f"{corpus}/{split}.{lang}") and os.path.getsize(f"{corpus}/{split}.{lang}")):
+                    raise Refused(f"missing {corpus}/{split}.{lang}: {s.name('corpus')} holds train, val (or valid) "
+                                  f"and test* files, each in {src} and {tgt} ({s.name('src')} and {s.name('tgt')} "
+                                  "set the languages)")
+        need("train")
+        need(valid)
+        if not tests:
+            raise Refused(f"{s.shown('corpus')} holds no test set test*.{src} (with its test*.{tgt})")
+        for test in tests:
+            need(test)
+    # our variants go in the lower 2 encoder layers; fairseq's own architectures and ours
+    # without a variant (transformer_ctxaware) take no --csan-layers
+    from ..__main__ import variant
+
+    device = v["device"]
+    try:
+        kind = variant(arch)
+        if device != "cpu":  # auto or cuda: what torch sees
+            import torch
+
+            seen = "cuda" if torch.cuda.is_available() else "cpu"
+            if device == "cuda" and seen != "cuda":
+                raise Refused(f"{s.shown('device')}: torch sees no CUDA device here; {s.shown('device', 'cpu')} (or "
+                              "auto) trains on the CPU")
+            device = seen
+    except SystemExit as e:  # an architecture nobody registered: its message
+        raise Refused(str(e.code)) from None
+    except ImportError as e:  # the environment lacks torch or fairseq
+        raise Refused(f"{type(e).__name__}: {e}") from None
+    return dict(s=s, corpus=corpus, src=src, tgt=tgt, arch=arch, work=work, model=model, device=device,
+                valid=valid, tests=tests, layers=[] if kind in ("none", "standard") else ["--csan-layers", "2"],
+                max_update=int(v["max_update"]), dim=int(v["dim"]), max_tokens=v["max_tokens"],
+                bpe_merges=v["bpe_merges"], model_flags=v["model_flags"].split(), toy_args=v["toy_args"].split(),
+                force=["--force"] if v["force"] == "1" else [], dry_run=v["dry_run"] == "1")
+
+
+def show(plan: dict, command: List[str], name: str, keep: Optional[re.Pattern] = None) -> int:
+    """Print a step's command, then run it (not on a dry run): its output on this standard output
+    (only the lines that match ``keep``, where given), its errors on standard error. Returns its
+    exit status."""
+    print("+ " + shell_words(command), flush=True)
+    if plan["dry_run"]:
+        return 0
+    with tempfile.NamedTemporaryFile(prefix="quickstart-") as copy:
+        return run_child(command, Path(copy.name), show=True, keep=keep, errors_to_out=False, name=name).code
+
+
+def output_of(command: List[str]) -> str:
+    """What ``command`` writes to its standard output, trailing newlines removed (as $(...))."""
+    with tempfile.NamedTemporaryFile(prefix="quickstart-") as copy:
+        run_child(command, Path(copy.name), errors_to_out=False, name="the translation")
+        return Path(copy.name).read_text(encoding="utf-8", errors="replace").rstrip("\n")
+
+
+def line(path: str, number: int) -> str:
+    """Line ``number`` (from 1) of a file, as ``sed -n Np`` gives it; '' where it has none."""
+    try:
+        with open(path, "rb") as f:
+            for i, text in enumerate(f, 1):
+                if i == number:
+                    return text.rstrip(b"\n").decode("utf-8", errors="replace")
+    except OSError:
+        pass
+    return ""
+
+
+def run(plan: dict) -> int:
+    """The five steps, as checked by :func:`check`; the exit status."""
+    s, work, arch, corpus, force = plan["s"], plan["work"], plan["arch"], plan["corpus"], plan["force"]
+    src, tgt = plan["src"], plan["tgt"]
+    os.environ["PYTHONUNBUFFERED"] = "1"  # the steps' progress lines as they come
+    say(f"work folder: {work} (architecture {arch}, {plan['max_update']} updates, on the {plan['device']})")
+    data, ckpt, results = f"{work}/data", f"{work}/checkpoints/{arch}", f"{work}/results/{arch}"
+
+    def step(command, name):  # a step that fails ends the quick start with its exit status
+        code = show(plan, command, name)
+        if code != 0:
+            raise SystemExit(code)
+
+    say("1/5 corpus")
+    if not corpus:
+        raw = f"{work}/raw"
+        if not force and not plan["dry_run"] and os.path.exists(f"{raw}/test.de") and os.path.getsize(f"{raw}/test.de"):
+            say(f"  toy corpus already in {raw}; kept")
+        else:
+            step(["python", "-m", "fairseq_csan.recipes.toy_corpus", raw, *plan["toy_args"]], "the toy corpus writer")
+        if src == "en":
+            prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "toy_en_de", "--raw-dir", raw, "--no-download"]
+        else:  # German-English: the toy corpus as your own files
+            prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", "de", "--tgt", "en",
+                       "--train", f"{raw}/train", "--valid", f"{raw}/val", "--test", f"{raw}/test"]
+    elif (f"{src}-{tgt}", plan["valid"], plan["tests"]) == ("en-de", "val", ["test_2016_flickr"]):
+        prepare = ["bash", f"{ROOT}/examples/multi30k/prepare.sh", "--raw-dir", corpus, "--no-download"]  # Multi30k
+    else:
+        prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", src, "--tgt", tgt,
+                   "--train", f"{corpus}/train", "--valid", f"{corpus}/{plan['valid']}",
+                   *[word for test in plan["tests"] for word in ("--test", f"{corpus}/{test}")]]
+
+    say(f"2/5 prepare: tokenise, clean, joint BPE (up to {plan['bpe_merges']} merges), fairseq-preprocess")
+    step([*prepare, "--out", data, "--merges", plan["bpe_merges"], *force], "the preparation")
+
+    updates, dim = plan["max_update"], plan["dim"]
+    say(f"3/5 train {arch} for {updates} updates (a rerun resumes from {ckpt})")
+    hardware = ["--gpus", "1"] if plan["device"] == "cuda" else ["--cpu-tiny"]  # one GPU, or one CPU process, fp32
+    # a small model: DIM wide, 4 heads, 3+3 layers, a checkpoint every 1/8 of the updates (for an
+    # average of 5); after --, fairseq-train flags that override train.sh's
+    train = ["bash", f"{ROOT}/scripts/train.sh", "--data", data, "--arch", arch, "--save-dir", ckpt, *hardware,
+             "--max-update", str(updates), *force, "--",
+             "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", str(dim),
+             "--decoder-embed-dim", str(dim), "--encoder-ffn-embed-dim", str(2 * dim),
+             "--decoder-ffn-embed-dim", str(2 * dim), "--encoder-attention-heads", "4",
+             "--decoder-attention-heads", "4", *plan["layers"], "--dropout", "0.1", "--lr", "1.5e-3",
+             "--warmup-updates", "100", "--clip-norm", "1.0", "--max-tokens", plan["max_tokens"], "--update-freq", "1",
+             "--save-interval-updates", str(max(updates // 8, 2)), "--log-interval", "50", *plan["model_flags"]]
+    code = show(plan, train, "the training", TRAINING_PROGRESS)
+    if code > 128:  # stopped by a signal, passed on to it
+        raise SystemExit(code)
+    if code != 0:
+        print(f"[quickstart] error: training failed; see {ckpt}/train.log", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+
+    # the last 5 checkpoints, or all there are (fairseq skips an interval checkpoint at an epoch's end)
+    last = 5 if plan["dry_run"] else min(5, len(list(Path(ckpt).glob("checkpoint_*_*.pt"))))
+    say(f"4/5 evaluate: average the last {last} checkpoints, decode the test set (beam 4), score")
+    step(["bash", f"{ROOT}/scripts/evaluate.sh", "--data", data, "--checkpoints", ckpt, "--out", results,
+          "--last", str(last), *(["--cpu"] if plan["device"] == "cpu" else []), *force], "the evaluation")
+
+    say("5/5 export a fairseq model folder")
+    model = plan["model"]
+    step(["python", "-m", "fairseq_csan.recipes.export", "--data", data, "--checkpoint", f"{results}/averaged.pt",
+          "--out", model, *force], "the export")
+    if plan["dry_run"]:
+        say(f"{s.shown('dry_run')}: the commands above were listed, not run")
+        return 0
+
+    print(flush=True)
+    say("a few test sentences (source / reference / ours)")
+    for i in (1, 2, 3):
+        print(f"  SRC: {line(f'{data}/raw/test.{src}', i)}")
+        print(f"  REF: {line(f'{data}/raw/test.{tgt}', i)}")
+        print(f"  HYP: {line(f'{results}/hyp.detok', i)}")
+    scores = Path(f"{results}/results.md")
+    for text in (scores.read_text(encoding="utf-8", errors="replace").split("\n") if scores.is_file() else []):
+        if re.match(r"- (tokenised BLEU|sacreBLEU|chrF)", text):
+            print(text)
+    sentence = re.sub(r"[\"'\\`$]", "", line(f"{data}/raw/test.{src}", 1))  # no quotes to escape below
+    one_line = ("python -c 'import fairseq_csan; from fairseq.models.transformer import TransformerModel as T; "
+                f"print(T.from_pretrained(\"{model}\").translate(\"{sentence}\"))'")
+    say("translate your own sentence with the exported model:")
+    print(f"  {one_line}", flush=True)
+    print(f"  -> {output_of(['bash', '-c', one_line + ' 2>/dev/null'])}")
+    say(f"done: model folder {model}, scores {results}/results.md, translations {results}/hyp.detok")
+    return 0
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        plan = check(Settings(argv))
+    except Refused as e:
+        print(f"[quickstart] error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    try:
+        raise SystemExit(run(plan))
+    except KeyboardInterrupt:  # Ctrl-C between two steps (a step's own is passed on to it)
+        raise SystemExit(130)
+
+
+if __name__ == "__main__":
+    from .runner import as_command
+
+    as_command(main)
