@@ -11,12 +11,19 @@ usage:
                                         the same, then the device a run would take: cuda when
                                         torch sees a CUDA device, else cpu (both in one Python
                                         start, for examples/quickstart.sh)
+  python -m fairseq_csan help TOOL [ARGS]
+                                        the --help of fairseq-train, fairseq-generate or
+                                        fairseq-interactive with the flags of the --arch, --task,
+                                        --optimizer, --criterion, --tokenizer, --bpe, ... in ARGS
+                                        (or their defaults), ours included: the tool's own --help
+                                        lists none of them (cli_help.py)
 """
 
 import argparse
 import sys
 
-from . import user_dir
+from . import register, user_dir
+from .cli_help import TOOL_PARSERS, full_help
 
 
 def variant(arch: str) -> str:
@@ -29,9 +36,8 @@ def variant(arch: str) -> str:
 
 def registered_variant(arch: str) -> str:
     """The variant ``arch``'s defaults set, from fairseq's registry (the plugin's included)."""
+    register()  # this command starts without fairseq (WITHOUT_FAIRSEQ)
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
-
-    import fairseq_csan  # noqa: F401  (registers the architectures)
 
     if arch not in ARCH_MODEL_NAME_REGISTRY:
         ours = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_variant")
@@ -53,9 +59,16 @@ def main(argv=None):
     v.add_argument("arch")
     v.add_argument("--device", action="store_true",
                    help="print a second word: cuda when torch sees a CUDA device, else cpu")
+    h = sub.add_parser("help", help="print a fairseq tool's --help with the flags of the model and components chosen")
+    h.add_argument("tool", choices=sorted(TOOL_PARSERS))
+    h.add_argument("args", nargs=argparse.REMAINDER, help="the tool's arguments: --arch, --task, ...")
     args = parser.parse_args(argv)
     if args.command == "user-dir":
         print(user_dir())
+        return
+    if args.command == "help":
+        register()  # this command starts without fairseq (WITHOUT_FAIRSEQ)
+        print(full_help(args.tool, args.args), end="")
         return
     words = [variant(args.arch)]
     if args.device:

@@ -1,40 +1,46 @@
-"""``--help`` of fairseq's command-line tools lists the model's flags, ours included.
+"""The whole ``--help`` of a fairseq tool for a model: ``python -m fairseq_csan help TOOL [ARGS]``.
 
 fairseq 0.12's ``options.parse_args_and_arch`` parses the command line twice: the first pass
 learns ``--arch``, then the model's flags are added and the second pass reads them. ``--help``
 is acted on in the first pass, before any model, task, optimizer or criterion flag exists, so
-``fairseq-train --user-dir fairseq_csan --arch transformer_csan2d --help`` would list none of
-the ``--csan-*`` or ``--ctx-*`` flags (nor the Transformer's own ones).
-
-fairseq's tools import the ``--user-dir`` plugin while building their parser
-(``options.get_parser``), before they call ``options.parse_args_and_arch``. Importing this
-package wraps that function (:func:`help_lists_model_flags`): when ``-h`` or ``--help`` is on
-the command line, the parser's help action first adds the flags of the ``--arch`` given, then
-prints (with those of the task, optimizer, scheduler and criterion chosen, as fairseq's second
-pass would add them). Without a help flag the wrapper only passes the call on.
+``fairseq-train --user-dir fairseq_csan --arch transformer_csan2d --help`` lists none of the
+``--csan-*`` or ``--ctx-*`` flags (nor the Transformer's own ones), and fairseq has no place
+where a plugin could add them. Importing the plugin leaves fairseq's parsing alone
+(patches.py); this command builds the tool's parser as fairseq does, adds the flags that its
+second pass would add for ARGS (those of the ``--arch``, ``--task``, optimizer, scheduler,
+criterion, tokenizer, BPE, ... given, or the tool's defaults), and prints its help.
 """
 
 import argparse
-import sys
+
+# fairseq's tools that parse their command line with parse_args_and_arch -> their parser (fairseq.options)
+TOOL_PARSERS = {"fairseq-train": "get_training_parser", "fairseq-generate": "get_generation_parser",
+                "fairseq-interactive": "get_interactive_generation_parser"}
 
 
-class _HelpWithModelFlags(argparse._HelpAction):
-    def __init__(self, *args, argv=(), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.argv = list(argv)
+def full_help(tool: str, argv) -> str:
+    """What ``TOOL ARGV --help`` would print if fairseq acted on --help in its second pass."""
+    from fairseq import options
 
-    def __call__(self, parser, namespace, values, option_string=None):
-        from fairseq.models import ARCH_MODEL_REGISTRY
+    parser = getattr(options, TOOL_PARSERS[tool])()
+    parser.prog = tool
+    argv = list(argv)
+    add_model_flags(parser, argv)
+    add_chosen_components(parser, argv)
+    return parser.format_help()
 
-        arch_parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-        arch_parser.add_argument("--arch", "-a")
-        arch = arch_parser.parse_known_args(self.argv)[0].arch
-        if arch in ARCH_MODEL_REGISTRY:
-            group = parser.add_argument_group(f"Model-specific configuration (--arch {arch})",
-                                              argument_default=argparse.SUPPRESS)
-            ARCH_MODEL_REGISTRY[arch].add_args(group)
-        add_chosen_components(parser, self.argv)
-        super().__call__(parser, namespace, values, option_string)
+
+def add_model_flags(parser, argv):
+    """The flags of the ``--arch`` on the command line, as fairseq's second pass adds them."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    arch_parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    arch_parser.add_argument("--arch", "-a")
+    arch = arch_parser.parse_known_args(argv)[0].arch
+    if arch in ARCH_MODEL_REGISTRY:
+        group = parser.add_argument_group(f"Model-specific configuration (--arch {arch})",
+                                          argument_default=argparse.SUPPRESS)
+        ARCH_MODEL_REGISTRY[arch].add_args(group)
 
 
 def add_chosen_components(parser, argv):
@@ -59,26 +65,3 @@ def add_chosen_components(parser, argv):
             cls.add_args(parser)
         elif hasattr(cls, "__dataclass"):
             gen_parser_from_dataclass(parser, cls.__dataclass())
-
-
-def help_lists_model_flags(parse_args_and_arch):
-    """Wrap fairseq's ``parse_args_and_arch`` so that ``--help`` lists the model's flags."""
-    if getattr(parse_args_and_arch, "help_lists_model_flags", False):
-        return parse_args_and_arch
-
-    def parse(parser, input_args=None, *args, **kwargs):
-        argv = sys.argv[1:] if input_args is None else list(input_args)
-        if any(a in ("-h", "--help") for a in argv):
-            for i, action in enumerate(parser._actions):
-                if type(action) is argparse._HelpAction:
-                    helper = _HelpWithModelFlags(option_strings=action.option_strings, dest=action.dest,
-                                                 help=action.help, argv=argv)
-                    parser._actions[i] = helper
-                    for flag in action.option_strings:
-                        parser._option_string_actions[flag] = helper
-        return parse_args_and_arch(parser, input_args, *args, **kwargs)
-
-    parse.help_lists_model_flags = True
-    parse.__wrapped__ = parse_args_and_arch
-    parse.__doc__ = parse_args_and_arch.__doc__
-    return parse

@@ -3,7 +3,8 @@ the running fairseq and torch have the fault.
 
 Importing ``fairseq_csan`` (``--user-dir fairseq_csan`` does) checks for each fault, by its
 behaviour or by the presence of the faulty code, never by a version number, and fixes the ones
-found (``APPLIED`` says which). Where a check cannot tell (a fairseq unlike any we know), the
+found (``APPLIED`` says which): ``patches.apply`` calls :func:`apply_fixes` on the running
+fairseq (patches.py lists every change the plugin makes, these among them). Where a check cannot tell (a fairseq unlike any we know), the
 plugin warns and leaves that part of fairseq as it is. Each fix is the smallest change at the
 place where fairseq goes wrong; docs/distributed.md explains 3 to 7. fairseq-train imports the
 user dir while it builds its parser, before it decides how to launch, so the launch fixes
@@ -220,13 +221,3 @@ def apply_fixes(data_utils, distributed_utils, distributed_fairseq_model) -> dic
             applied[name] = False
     return applied
 
-
-def _apply_to_running_fairseq():
-    from fairseq.data import data_utils
-    from fairseq.distributed import utils as distributed_utils
-    from fairseq.models import distributed_fairseq_model
-
-    APPLIED.update(apply_fixes(data_utils, distributed_utils, distributed_fairseq_model))
-
-
-_apply_to_running_fairseq()

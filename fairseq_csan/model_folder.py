@@ -6,19 +6,18 @@ bpecodes). With the plugin imported, fairseq's ``from_pretrained`` (``hub_utils.
 which ``TransformerModel.from_pretrained`` and translate.py call) and its checkpoint loader
 (``checkpoint_utils.load_model_ensemble_and_task``, which fairseq-interactive and
 fairseq-generate call with ``--path FOLDER/model.pt``, the csan_recipe tokenizer's usual
-company) check them first, and stop with the name of a file that is missing or differs: a cut ``bpecodes`` or two swapped dictionary
-lines would otherwise translate wrongly with no error, and a missing ``bpecodes`` would make
-fairseq read one from the current folder (the exported configuration names it relatively).
-A folder is hashed once per process while its files are unchanged. Folders without
-export.json (fairseq's published models, anyone else's) load as before.
+company) check them first (patches.py wraps both with :func:`verifying` and
+:func:`verifying_checkpoints`), and stop with the name of a file that is missing or differs: a
+cut ``bpecodes`` or two swapped dictionary lines would otherwise translate wrongly with no error,
+and a missing ``bpecodes`` would make fairseq read one from the current folder (the exported
+configuration names it relatively). A folder is hashed once per process while its files are
+unchanged. Folders without export.json (fairseq's published models, anyone else's) load as before.
 """
 
 import hashlib
 import json
 import os
 from pathlib import Path
-
-from fairseq import checkpoint_utils, hub_utils
 
 _checked = {}  # folder -> the files' identities when they were last found intact
 
@@ -70,31 +69,26 @@ def verify(folder) -> None:
     _checked[key] = identities
 
 
-def _verifying(from_pretrained):
-    def wrapped(model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", archive_map=None, **kwargs):
+def verifying(from_pretrained):
+    """fairseq's ``hub_utils.from_pretrained``, checking a model folder first."""
+    def wrapped(model_name_or_path, *args, **kwargs):
         if os.path.isdir(str(model_name_or_path)):
             verify(model_name_or_path)
-        return from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, archive_map, **kwargs)
+        return from_pretrained(model_name_or_path, *args, **kwargs)
 
     wrapped.__wrapped__ = from_pretrained
     wrapped.__doc__ = from_pretrained.__doc__
     return wrapped
 
 
-if not hasattr(hub_utils.from_pretrained, "__wrapped__"):
-    hub_utils.from_pretrained = _verifying(hub_utils.from_pretrained)
-
-
-def _verifying_checkpoints(load):
+def verifying_checkpoints(load):
+    """fairseq's ``checkpoint_utils.load_model_ensemble_and_task``, checking the folder of each
+    checkpoint first (a checkpoint inside a model folder)."""
     def wrapped(filenames, *args, **kwargs):
-        for name in filenames:  # a checkpoint inside a model folder: the folder first
+        for name in filenames:
             verify(os.path.dirname(os.path.abspath(str(name))))
         return load(filenames, *args, **kwargs)
 
     wrapped.__wrapped__ = load
     wrapped.__doc__ = load.__doc__
     return wrapped
-
-
-if not hasattr(checkpoint_utils.load_model_ensemble_and_task, "__wrapped__"):
-    checkpoint_utils.load_model_ensemble_and_task = _verifying_checkpoints(checkpoint_utils.load_model_ensemble_and_task)

@@ -3,9 +3,9 @@
 fairseq 0.12 drives hydra through APIs that hydra 1.1+ deprecates, and calls torch APIs that
 newer torch deprecates; every fairseq-train, fairseq-generate and checkpoint load then prints a
 page of warnings that say nothing about the user's run. Importing the plugin (``--user-dir
-fairseq_csan`` is imported before fairseq composes its configuration) ignores exactly the
-messages in ``HARMLESS``, each matched from its start, with its category. Every other warning
-stays visible.
+fairseq_csan`` is imported before fairseq composes its configuration; patches.py lists this
+with the plugin's other changes) ignores exactly the messages in ``HARMLESS``, each matched
+from its start, with its category. Every other warning stays visible.
 
 The filters go at the end of Python's filter list, so a filter of the user's own comes first:
 ``PYTHONWARNINGS=default`` (or ``python -W default``) shows them all again.

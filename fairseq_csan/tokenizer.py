@@ -12,15 +12,20 @@ With it, the recipe's processing of raw text is fairseq's own::
     fairseq-interactive DATA-BIN --user-dir fairseq_csan --path CKPT -s en -t de \\
         --tokenizer csan_recipe --bpe subword_nmt --bpe-codes CODES --remove-bpe ...
 
-This file also makes ``translate()`` of a hub model exported with this tokenizer
-(fairseq_csan/recipes/export.py) decode with the beam stored in its folder; fairseq's
-``GeneratorHubInterface.translate`` otherwise takes beam 5 whatever the folder says.
+This file also has what makes ``translate()`` of a hub model exported with this tokenizer
+(fairseq_csan/recipes/export.py) decode with the beam stored in its folder
+(:func:`translate_with_stored_beam`, which patches.py puts over fairseq's
+``GeneratorHubInterface.translate``). That is a matter of correctness, not convenience: the hub
+decodes with every generation setting of the folder (length penalty, length limits) except the
+beam, which ``translate()`` takes from its own default, 5, so an exported folder would silently
+translate with neither the papers' setting (beam 4) nor fairseq's defaults, and not as
+evaluate.sh and translate.py do, which export promises. An explicit beam still wins, and every
+other hub model keeps fairseq's default.
 """
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from fairseq import hub_utils
 from fairseq.data.encoders import register_tokenizer
 from fairseq.dataclass import FairseqDataclass
 
@@ -63,7 +68,9 @@ def _uses_our_tokenizer(hub) -> bool:
     return tokenizer is not None and getattr(tokenizer, "_name", None) == NAME
 
 
-def _translate_with_stored_beam(translate):
+def translate_with_stored_beam(translate):
+    """fairseq's ``GeneratorHubInterface.translate``; without a beam, a model folder with our
+    tokenizer decodes with its own (fairseq's default, 5, for every other model)."""
     def wrapped(self, sentences, beam=None, verbose=False, **kwargs):
         if beam is None:
             beam = self.cfg.generation.beam if _uses_our_tokenizer(self) else 5  # 5: fairseq's default
@@ -73,6 +80,3 @@ def _translate_with_stored_beam(translate):
     wrapped.__doc__ = translate.__doc__
     return wrapped
 
-
-if not hasattr(hub_utils.GeneratorHubInterface.translate, "__wrapped__"):
-    hub_utils.GeneratorHubInterface.translate = _translate_with_stored_beam(hub_utils.GeneratorHubInterface.translate)

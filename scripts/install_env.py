@@ -150,7 +150,7 @@ def pins(constraints):
 
 
 def imports():
-    import fairseq_csan  # first: it quiets fairseq's start-up message about tensorboardX
+    import fairseq_csan  # first: its warning filters (quiet.py) come before fairseq's import
 
     import fairseq
     import torch

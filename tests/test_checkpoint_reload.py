@@ -8,6 +8,8 @@ these tests fail without our guard. Under fairseq versions without the fused pat
 that saving and reloading changes nothing.
 """
 
+import sys
+
 import pytest
 import torch
 from fairseq import checkpoint_utils
@@ -148,6 +150,28 @@ def test_a_warm_start_takes_the_shared_weights_and_says_so(saved, loaded, caplog
     was = "a model without our settings (fairseq's own)" if saved[0] == "transformer" else f"--arch {saved[0]}"
     assert f"warm start from pretrained.pt ({was}) into --arch {loaded[0]}" in caplog.text
     assert not variant_transformer._WARM_STARTS
+
+
+@pytest.mark.slow
+def test_our_train_command_warm_starts_where_fairseq_train_refuses(data_bin, tmp_path):
+    """python -m fairseq_csan.train marks fairseq-train's --finetune-from-model (patches.py), in
+    its own process and in the workers fairseq spawns from it; stock fairseq-train does not, and
+    refuses a checkpoint of other settings as on a resume, naming the command that warm-starts."""
+    from conftest import REPO, VENV_BIN, launch, succeed
+
+    common = [data_bin, "--user-dir", REPO / "fairseq_csan", *TINY, "--optimizer", "adam", "--lr", "0.001",
+              "--max-tokens", "500", "--cpu", "--num-workers", "0", "--no-epoch-checkpoints", "--log-format", "simple"]
+    succeed([VENV_BIN / "fairseq-train", *common, "--arch", "transformer_csan2d", "--max-update", "2",
+             "--save-dir", tmp_path / "csan2d"])
+    pretrained = tmp_path / "csan2d" / "checkpoint_last.pt"
+    warm = ["--arch", "transformer_csan1d", "--max-update", "3", "--finetune-from-model", pretrained]
+    done, log = launch([VENV_BIN / "fairseq-train", *common, *warm, "--save-dir", tmp_path / "stock"])
+    assert done.returncode != 0 and "--encoder-self-attention csan2d (checkpoint) vs csan1d (this command)" in log
+    assert "on purpose: python -m fairseq_csan.train ... --finetune-from-model CHECKPOINT" in log
+    log = succeed([sys.executable, "-m", "fairseq_csan.train", *common, *warm, "--save-dir", tmp_path / "ours",
+                   "--distributed-world-size", "2"])
+    assert log.count(f"warm start from {pretrained} (--arch transformer_csan2d) into --arch transformer_csan1d") == 2
+    assert "training on 2 devices" in log and (tmp_path / "ours" / "checkpoint_last.pt").is_file()
 
 
 @pytest.mark.parametrize("arch,flag,value", [("transformer_csan1d", "csan_window", 11),

@@ -1,10 +1,13 @@
 """The fixes to fairseq that importing fairseq_csan applies, each only where the running fairseq
 and torch have the fault: every check against a faulty and a sound stand-in, and the fixes
-themselves against fairseq."""
+themselves against fairseq; and for every change that patches.py lists, that what it relies on
+in fairseq and torch (parameters, the call that takes it up, attributes) is still there."""
 
 import argparse
+import inspect
 import os
 import pickle
+import re
 import types
 import warnings
 
@@ -13,7 +16,7 @@ import pytest
 import torch
 from fairseq.data import data_utils
 
-from fairseq_csan import fairseq_compat
+from fairseq_csan import fairseq_compat, patches
 from fairseq_csan.data_parallel import DistributedDataParallelAnyDevice, broadcast_rank0_object
 from fairseq_csan.fairseq_compat import allow_fairseq_checkpoints, apply_fixes
 
@@ -180,3 +183,70 @@ def test_the_running_fairseq_got_exactly_the_fixes_its_faults_call_for():
     assert applied["4 ddp"] == (distributed_fairseq_model.DistributedDataParallel is DistributedDataParallelAnyDevice)
     assert applied["7 broadcast"] == (distributed_utils._broadcast_object_slow is broadcast_rank0_object)
     assert applied["1 checkpoints"] == fairseq_compat.torch_load_is_weights_only()
+
+
+# ---- every change of patches.py: what it relies on is still there ---------------------------------
+def leading_parameters(function, n):
+    """The first ``n`` parameters of ``function`` as patches.Patch.shape writes them."""
+    written = []
+    for p in list(inspect.signature(function).parameters.values())[:n]:
+        if p.kind is p.VAR_KEYWORD:
+            written.append("**" + p.name)
+        elif p.kind is p.VAR_POSITIONAL:
+            written.append("*" + p.name)
+        else:
+            written.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    return tuple(written)
+
+
+def changes_of_shape(patch):
+    """What of the original that ``patch`` relies on is no longer as it says (empty: all is)."""
+    found = patches.original(patch.target)
+    shaped = patches.find(patch.shape_of) if patch.shape_of else found
+    problems = []
+    if patch.shape and leading_parameters(shaped, len(patch.shape)) != patch.shape:
+        problems.append(f"{patch.shape_of or patch.target}{inspect.signature(shaped)}, not {patch.shape}")
+    for caller, call in patch.called_as:
+        if not re.search(call, inspect.getsource(inspect.unwrap(patches.find(caller)))):
+            problems.append(f"{caller} no longer calls {call}")
+    for attribute in patch.attributes:
+        try:
+            patches.find(attribute)
+        except AttributeError:
+            problems.append(f"no {attribute}")
+    return problems
+
+
+@pytest.mark.parametrize("patch", [*patches.AT_IMPORT, *patches.IN_TRAIN_COMMAND], ids=lambda p: p.target)
+def test_what_each_patch_relies_on_is_still_there(patch):
+    """A fairseq or torch whose function changed shape fails here, naming it, before a wrapper
+    written for the old shape meets it."""
+    try:
+        patches.original(patch.target)
+    except AttributeError:  # a fix for a fault this torch has not, on what it has not (add_safe_globals < 2.4)
+        assert patch.fix and not fairseq_compat.APPLIED[patch.fix], f"{patch.target} is missing"
+        pytest.skip(f"{patch.target}: not in this torch or fairseq, and not needed")
+    assert not changes_of_shape(patch)
+
+
+def test_a_changed_shape_is_named():
+    """The check above fails for a shape, a call or an attribute that fairseq does not have."""
+    translate = next(p for p in patches.AT_IMPORT if p.target.endswith("GeneratorHubInterface.translate"))
+    moved = patches.Patch(translate.target, "", shape=("self", "sentences", "beam=4"),
+                          called_as=(("fairseq.hub_utils:from_pretrained", r"\btranslate\("),),
+                          attributes=("fairseq.dataclass.configs:GenerationConfig.no_such_setting",))
+    problems = changes_of_shape(moved)
+    assert len(problems) == 3 and "beam: int = 5" in problems[0]
+    assert not changes_of_shape(translate)
+
+
+def test_the_patches_are_made_once_and_the_originals_kept():
+    from fairseq import checkpoint_utils, hub_utils
+
+    assert hub_utils.from_pretrained.__wrapped__ is patches.original("fairseq.hub_utils:from_pretrained")
+    assert checkpoint_utils.load_model_ensemble_and_task.__wrapped__ is patches.original(
+        "fairseq.checkpoint_utils:load_model_ensemble_and_task")
+    translate = hub_utils.GeneratorHubInterface.translate
+    patches.apply()  # a second call changes nothing
+    assert hub_utils.GeneratorHubInterface.translate is translate
+    assert translate.__wrapped__ is patches.original("fairseq.hub_utils:GeneratorHubInterface.translate")

@@ -1,6 +1,7 @@
-"""fairseq_csan/__init__.py: importing the plugin registers everything, and the kit's commands
-that need no model in their own process start without importing fairseq, yet register
-everything the moment fairseq is imported in them after all."""
+"""fairseq_csan/__init__.py: importing the plugin registers everything and changes nothing of
+fairseq, torch or logging beyond what patches.py lists; the kit's commands that need no model in
+their own process start without importing fairseq, and register only when they call
+fairseq_csan.register()."""
 
 import subprocess
 import sys
@@ -12,10 +13,11 @@ from conftest import REPO
 from recipe_helpers import lines, write
 
 REGISTERED = ("from fairseq.models import ARCH_MODEL_REGISTRY; from fairseq.data.encoders import TOKENIZER_REGISTRY; "
-              "from fairseq import options; "
+              "from fairseq import hub_utils, options; "
               "assert 'transformer_csan2d' in ARCH_MODEL_REGISTRY and 'transformer_ctxaware' in ARCH_MODEL_REGISTRY; "
               "assert 'csan_recipe' in TOKENIZER_REGISTRY; "
-              "assert getattr(options.parse_args_and_arch, 'help_lists_model_flags', False); print('registered')")
+              "assert hasattr(hub_utils.from_pretrained, '__wrapped__'); "  # patches.py's changes are made
+              "assert not hasattr(options.parse_args_and_arch, '__wrapped__'); print('registered')")
 
 
 def python(code, *args, **kwargs):
@@ -38,9 +40,67 @@ def test_the_module_python_was_started_with(argv, module):
 
 
 def test_importing_the_plugin_registers_everything():
-    done = python("import fairseq_csan; from fairseq_csan import record_gates, help_lists_model_flags; "
+    done = python("import fairseq_csan; from fairseq_csan import record_gates, register; "
                   f"{REGISTERED}")
     assert done.returncode == 0 and done.stdout.strip() == "registered", done.stderr[-2000:]
+
+
+# In a process that has imported fairseq (and the modules whose functions patches.py replaces,
+# and fairseq's commands), what importing the plugin changes: every function, class or value of a
+# fairseq or torch module (and of a fairseq class) that it rebinds, the loggers, sys.meta_path
+# and the warning filters.
+CHANGES = r"""
+import json, logging, sys, warnings
+import fairseq, fairseq.checkpoint_utils, fairseq.hub_utils, fairseq.options, fairseq.trainer
+import fairseq.data.data_utils, fairseq.distributed.utils, fairseq.models.distributed_fairseq_model
+import fairseq_cli.generate, fairseq_cli.interactive, fairseq_cli.train
+
+def bindings():
+    seen, modules = {}, {id(m): m for n, m in list(sys.modules.items()) if m is not None and n.split(".")[0] in
+                         ("fairseq", "fairseq_cli", "torch")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's deprecated names warn when read
+        for module in modules.values():
+            for name, value in list(vars(module).items()):
+                seen[f"{module.__name__}:{name}"] = value
+                defined_here = isinstance(value, type) and value.__module__ == module.__name__
+                if defined_here and module.__name__.startswith("fairseq"):
+                    seen.update({f"{module.__name__}:{name}.{k}": v for k, v in list(vars(value).items())})
+    return seen
+
+def loggers():
+    return {name: (l.level, list(l.handlers), l.disabled) for name, l in
+            [("", logging.root), *logging.root.manager.loggerDict.items()] if isinstance(l, logging.Logger)}
+
+before, logs, finders, filters = bindings(), loggers(), list(sys.meta_path), list(warnings.filters)
+import fairseq_csan
+after, logs_after = bindings(), loggers()
+print(json.dumps({
+    "rebound": sorted(k for k in before if after.get(k) is not before[k]),
+    "loggers": sorted(n for n in logs_after if logs_after[n] != logs.get(n, (logging.NOTSET, [], False))),
+    "finders": sys.meta_path != finders,
+    "filters": [f[1].pattern if f[1] else None for f in warnings.filters if f not in filters],
+}))
+"""
+
+
+def test_importing_the_plugin_changes_only_what_patches_lists():
+    import json
+
+    from fairseq_csan import fairseq_compat, patches, quiet
+
+    done = python(CHANGES)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    listed = {p.target for p in patches.AT_IMPORT}
+    # torch keeps its allow-list (fix 1, which add_safe_globals extends) in this module
+    allow_list = {k for k in seen["rebound"] if k.startswith("torch._weights_only_unpickler:")}
+    assert not set(seen["rebound"]) - listed - allow_list
+    assert not allow_list or fairseq_compat.APPLIED["1 checkpoints"]
+    applied = {p.target for p in patches.AT_IMPORT if not p.fix or fairseq_compat.APPLIED[p.fix]}
+    assert applied - {"torch.serialization:add_safe_globals", "warnings:filters"} <= set(seen["rebound"])
+    assert seen["loggers"] == [] and not seen["finders"]
+    assert len(seen["filters"]) == len(quiet.HARMLESS) + len(quiet.HARMLESS_IN_MODULE)
 
 
 @pytest.mark.parametrize("module", fairseq_csan.WITHOUT_FAIRSEQ)
@@ -57,27 +117,24 @@ LATER = ("import sys; sys.orig_argv = [sys.executable, '-m', 'fairseq_csan.recip
          "import fairseq_csan; assert 'fairseq' not in sys.modules, 'fairseq imported at once'; ")
 
 
+NOTHING_OF_OURS = ("from fairseq.data.encoders import TOKENIZER_REGISTRY; from fairseq import hub_utils; "
+                   "assert 'csan_recipe' not in TOKENIZER_REGISTRY; "
+                   "assert not hasattr(hub_utils.from_pretrained, '__wrapped__'); "
+                   "assert not any(type(f).__module__.startswith('fairseq_csan') for f in sys.meta_path); ")
+
+
 @pytest.mark.parametrize("first", [
     "from fairseq.models.transformer import TransformerModel",  # fairseq first, as a script would
-    "import fairseq_csan.models",  # our models first: they import fairseq before anything of ours
+    "from fairseq_csan.modules import get_self_attention",  # a module of ours that imports fairseq midway
 ])
-def test_fairseq_imported_later_in_such_a_command_registers_everything(first):
+def test_such_a_command_registers_when_it_calls_register(first):
     """Such a process, started as python -m fairseq_csan.recipes.prepare (sys.orig_argv as it
-    would be), that imports fairseq after all: everything is registered the moment it is."""
-    done = python(f"{LATER}{first}; {REGISTERED}; from fairseq_csan import record_gates, help_lists_model_flags")
-    assert done.returncode == 0 and done.stdout.strip() == "registered", done.stderr[-3000:]
-
-
-def test_a_plugin_module_that_cannot_come_first_there_says_so():
-    """fairseq_csan.modules imports fairseq midway, before the names our models take from it:
-    in such a process the import fails naming the way out, not with a bare circular import
-    (none of those commands imports it; this guards a future one)."""
-    done = python(f"{LATER}from fairseq_csan.modules import get_self_attention")
-    assert done.returncode != 0
-    assert ("fairseq_csan: fairseq_csan.recipes.prepare starts without fairseq, and fairseq was first imported "
-            "inside one of the plugin's modules") in done.stderr
-    assert "import fairseq (or fairseq_csan's models) before it" in done.stderr
-    done = python(f"{LATER}import fairseq; from fairseq_csan.modules import get_self_attention; {REGISTERED}")
+    would be), that imports fairseq after all: fairseq is as it is without the plugin (no import
+    hook registers behind its back) until the command calls fairseq_csan.register(), which
+    registers everything, once."""
+    done = python(f"{LATER}{first}; {NOTHING_OF_OURS}"
+                  "fairseq_csan.register(); fairseq_csan.register(); from fairseq_csan import record_gates; "
+                  f"assert not hasattr(hub_utils.from_pretrained.__wrapped__, '__wrapped__'); {REGISTERED}")
     assert done.returncode == 0 and done.stdout.strip() == "registered", done.stderr[-3000:]
 
 

@@ -1,4 +1,5 @@
-"""fairseq_csan/__main__.py: python -m fairseq_csan user-dir | variant ARCH [--device], from any folder."""
+"""fairseq_csan/__main__.py: python -m fairseq_csan user-dir | variant ARCH [--device] | help TOOL, from any
+folder (help: tests/test_cli_help.py)."""
 
 from pathlib import Path
 
@@ -34,3 +35,12 @@ def test_an_unknown_architecture_is_refused_naming_ours():
         main(["variant", "transformer_csan3d", "--device"])
     assert "unknown architecture 'transformer_csan3d'" in str(stop.value.code)
     assert "transformer_csan2d" in str(stop.value.code)
+
+
+def test_a_name_of_no_list_is_looked_up_in_fairseq_s_registry_ours_registered(tmp_path):
+    """This command starts without fairseq; a name that arch_names does not list makes it register
+    our architectures (fairseq_csan.register()) and ask fairseq's registry."""
+    done = python_m("variant", "transformer_csan3d", cwd=tmp_path)
+    assert done.returncode != 0 and "unknown architecture 'transformer_csan3d'; ours: " in done.stderr
+    assert "transformer_csan2d" in done.stderr.split("ours: ")[1]
+    assert python_m("variant", "lstm", cwd=tmp_path).stdout.strip() == "none"  # fairseq's own, by its registry

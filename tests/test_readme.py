@@ -122,7 +122,7 @@ def fairseq_help_program(tool, args):
     for flag in ("--arch", "--task", "--optimizer", "--lr-scheduler", "--criterion"):
         if flag in args:
             chosen += [flag, args[args.index(flag) + 1]]
-    return (tool, "--user-dir", "fairseq_csan", *chosen)
+    return ("python", "-m", "fairseq_csan", "help", tool, *chosen)  # the tool's --help with our model's flags
 
 
 def flags(parts):
@@ -135,6 +135,8 @@ def program_of(parts):
         return ("bash", parts[1]), parts[2:]
     if parts[:3] == ["python", "-m", "pip"] and len(parts) > 3:  # pip's options are its subcommand's
         return ("python", "-m", "pip", parts[3]), parts[4:]
+    if parts[:4] == ["python", "-m", "fairseq_csan", "help"] and len(parts) > 4:  # a fairseq tool's help
+        return (parts[4],), parts[5:]
     if parts[:2] == ["python", "-m"]:
         return ("python", "-m", parts[2]), parts[3:]
     if parts[:1] == ["python"] and parts[1].endswith(".py"):
@@ -203,7 +205,8 @@ def test_every_command_names_real_scripts_flags_and_paths():
                 problems.append(f"{where}: TORCH_INDEX does not reach pip")
             continue
         known = help_text(program)
-        if kit_module(program) and rest and re.search(rf"^\s+{re.escape(rest[0])}\s", known, re.M):
+        if kit_module(program) and rest and not rest[0].startswith("-") \
+                and re.search(rf"^\s+{re.escape(rest[0])}\s", known, re.M):
             # argparse's subcommand (prepare files, a preset): its own --help lists its options
             program, rest = (*program, rest[0]), rest[1:]
             known = help_text(program)
@@ -236,8 +239,7 @@ WALK = [
     "bash examples/multi30k/prepare.sh --raw-dir data/multi30k_raw --out data/multi30k_en_de",
     "python scripts/translate.py --data data/multi30k_en_de --checkpoint results/m30k_csan2d/averaged.pt "
     "--input data/multi30k_en_de/raw/test.en --output results/m30k_csan2d/test.de --cpu",
-    'fairseq-train --user-dir "$(python -m fairseq_csan user-dir)" --arch transformer_csan2d --help '
-    "| grep -A1 -e --csan-",
+    "python -m fairseq_csan help fairseq-train --arch transformer_csan2d | grep -A1 -e --csan-",
 ]
 QUICK_BUDGET = {"MAX_UPDATE": "12", "TOY_ARGS": "--train 400 --valid 20 --test 20", "DIM": "32",
                 "BPE_MERGES": "300"}

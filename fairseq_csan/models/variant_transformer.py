@@ -267,11 +267,14 @@ def _encode(settings: dict, arch) -> torch.Tensor:
 logger = logging.getLogger(__name__)
 
 # The checkpoint that fairseq-train's --finetune-from-model is loading, while it loads it (a
-# warm start: fairseq resets the optimizer and takes the weights); a resume is not one.
+# warm start: fairseq resets the optimizer and takes the weights); a resume is not one. Marked
+# in python -m fairseq_csan.train (patches.apply_for_training); stock fairseq-train marks none, and
+# a checkpoint of other settings is then refused as on a resume.
 _WARM_STARTS = []
 
 
-def _marking_warm_starts(load_checkpoint):
+def marking_warm_starts(load_checkpoint):
+    """fairseq's ``checkpoint_utils.load_checkpoint``, marking a warm start while it loads."""
     def wrapped(cfg, trainer, *args, **kwargs):
         last = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix or ''}.pt")
         warm = (getattr(cfg, "finetune_from_model", None) is not None and cfg.restore_file == "checkpoint_last.pt"
@@ -316,10 +319,6 @@ def _only_the_weights_of(read, model, source, arch):
         return state
 
     return wrapped
-
-
-if not hasattr(checkpoint_utils.load_checkpoint, "__wrapped__"):
-    checkpoint_utils.load_checkpoint = _marking_warm_starts(checkpoint_utils.load_checkpoint)
 
 
 def _decode(tensor: torch.Tensor) -> dict:
@@ -389,7 +388,7 @@ class VariantTransformerModel(TransformerModel):
         differ = [] if theirs is None else [
             f for f in sorted(set(ours["settings"]) | set(theirs["settings"]))
             if ours["settings"].get(f) != theirs["settings"].get(f)]
-        if _WARM_STARTS:  # fairseq-train --finetune-from-model: another model's weights, on purpose
+        if _WARM_STARTS:  # --finetune-from-model (python -m fairseq_csan.train): another model's weights, on purpose
             self._take_shared_weights(state_dict, name, theirs, differ)
             return
         if theirs is None:  # a checkpoint from before the settings were kept, or fairseq's own model
@@ -402,7 +401,7 @@ class VariantTransformerModel(TransformerModel):
                 + "; ".join(f"{_flag(f)} {theirs['settings'].get(f)} (checkpoint) vs {ours['settings'].get(f)} "
                             "(this command)" for f in differ)
                 + ". Resume with the checkpoint's settings, or train into a new --save-dir (to start from "
-                "its weights on purpose: fairseq-train --finetune-from-model CHECKPOINT)."
+                "its weights on purpose: python -m fairseq_csan.train ... --finetune-from-model CHECKPOINT)."
             )
         # the same model: its settings as this build writes them (a flag it predates, filled in)
         state_dict[key] = getattr(self, self.SETTINGS_KEY).clone()

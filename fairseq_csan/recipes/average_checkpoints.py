@@ -25,8 +25,11 @@ from typing import Optional
 
 import torch
 
-import fairseq_csan  # noqa: F401  (lets torch load fairseq checkpoints weights-only)
 from fairseq.checkpoint_utils import torch_persistent_save
+
+from .. import register
+
+register()  # lets torch load fairseq checkpoints weights-only (a command that starts without fairseq imports this)
 
 # fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
 # when it removes old checkpoints: the group is the number they are ordered by

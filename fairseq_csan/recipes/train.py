@@ -174,13 +174,15 @@ def check_arch(arch: str) -> None:
     and fairseq's Transformers are known by name (arch_names); fairseq is imported for any other."""
     if arch in ARCHITECTURES or arch in FAIRSEQ_TRANSFORMERS:
         return
+    from .. import register
     from fairseq.models import ARCH_MODEL_REGISTRY
+
+    register()  # this command starts without fairseq: our architectures, for the nearest names
 
     if arch not in ARCH_MODEL_REGISTRY:
         close = difflib.get_close_matches(arch, ARCH_MODEL_REGISTRY, n=3)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        raise Refused(f"--arch {arch} is not a registered architecture{hint} "
-                      "(fairseq-train --user-dir fairseq_csan --help lists them)")
+        raise Refused(f"--arch {arch} is not a registered architecture{hint}")
 
 
 @dataclass(frozen=True)
@@ -345,8 +347,10 @@ def fairseq_arguments(o, layout: Layout, data: Data, hp: dict) -> List[str]:
     sized, common, small = hp["sizes"][model_size(o)], hp["all_sizes"], hp["cpu_tiny"]
     share = {"all": ["--share-all-embeddings"], "decoder": ["--share-decoder-input-output-embed"],
              "none": []}[share_mode(o, data)]
-    # fairseq 0.12 makes --bf16 imply --tpu; this entry point is fairseq-train without that
-    runner = ["python", "-m", "fairseq_csan.train"] if layout.precision == "bf16" else ["fairseq-train"]
+    # this package's entry point is fairseq-train without fairseq 0.12's --bf16 implying --tpu, and
+    # with warm starts from a checkpoint of other settings (fairseq_csan/train.py)
+    warm = any(w.split("=", 1)[0] == "--finetune-from-model" for w in o.extra)
+    runner = ["python", "-m", "fairseq_csan.train"] if layout.precision == "bf16" or warm else ["fairseq-train"]
     if o.tiny:
         max_update = o.max_update if o.max_update is not None else small["max_update"]
         hw = ["--cpu", "--num-workers", "0"] + (["--bf16"] if layout.precision == "bf16" else [])
