@@ -31,7 +31,6 @@ import atexit
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -44,6 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ..model_folder import sha256  # the one file hash (fairseq is not imported)
 
 
 class Refusal(Exception):
@@ -422,14 +423,6 @@ TOY = Kind("toy corpus", "toy_corpus.json", {"files": "json"})  # what the toy c
 GPU_STEP = Kind("gpu-check step", "STEP.json", {"command": "text", "machine": "text", "status": "text",
                                                 "seconds": "float", "finished": "text", "outputs": "list"})
 KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING, TOY, GPU_STEP)
-
-
-def sha256(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------ one output file, written whole
