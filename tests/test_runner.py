@@ -645,3 +645,24 @@ def test_a_child_shown_as_it_writes_keeps_the_lines_asked_for(tmp_path, capfd):
     ended = runner.run_child([sys.executable, "-c", script], out, show=True, keep=re.compile(rb"^\+ |train_inner"))
     assert ended.code == 0 and out.read_text() == "+ a command\nnoise\n| train_inner | 1\n+ end"
     assert capfd.readouterr().out == "+ a command\n| train_inner | 1\n+ end\n"  # the last line without its newline too
+
+
+def test_watch_sees_every_shown_line_and_errors_replace_the_child_s_stderr(tmp_path, capfd):
+    """``watch`` gets each line of the shown output, kept or not, and what it returns is shown
+    after that line; ``errors`` gets each line of the child's stderr, and only what it returns
+    reaches this stderr (many lines: a child that fills the pipe is read as it writes)."""
+    script = ("import sys\nfor i in range(3000): print(f'pair {i}', file=sys.stderr)\n"
+              "print('error: bad', file=sys.stderr); print('noise'); print('| train_inner | 1')")
+    out, watched = tmp_path / "out", []
+
+    def watch(line):
+        watched.append(line)
+        return "progress" if line.startswith(b"|") else None
+
+    ended = runner.run_child([sys.executable, "-c", script], out, show=True, keep=re.compile(rb"train_inner"),
+                             errors_to_out=False, watch=watch,
+                             errors=lambda line: None if line.startswith(b"pair") else line.decode().upper())
+    assert ended.code == 0 and out.read_text() == "noise\n| train_inner | 1\n"
+    assert watched == [b"noise", b"| train_inner | 1"]
+    captured = capfd.readouterr()
+    assert captured.out == "| train_inner | 1\nprogress\n" and captured.err == "ERROR: BAD\n"

@@ -1,6 +1,8 @@
 """fairseq_csan.recipes.steps: a step is redone exactly when what it was made from changed."""
 
+import io
 import os
+import re
 import sys
 
 import pytest
@@ -102,3 +104,37 @@ def test_a_missing_input_is_an_error_naming_it(folder):
     step = steps.Step(folder / ".steps", "x", [folder / "absent.txt"], [folder / "out.txt"], {})
     with pytest.raises(FileNotFoundError, match="absent.txt"):
         step.stale()
+
+
+def test_progress_lines_come_at_most_once_a_minute_with_the_speed_and_the_time_left():
+    progress = steps.Progress("train", "update", "updates", 600)
+    first = progress.at(100, 1000.0)  # a resumed run: its speed counts from update 100, not from 0
+    assert re.fullmatch(r"\[train \d\d:\d\d:\d\d\] update 100 of 600 \(17%\)", first)
+    assert progress.at(130, 1030.0) is None  # 30 s since the last line
+    assert progress.at(250, 1075.0).endswith("] update 250 of 600 (42%), 2 updates/s, about 3 min left")
+    assert progress.at(600, 1275.0).endswith("] update 600 of 600 (100%), 1.82 updates/s, about 0 s left")
+    unbounded = steps.Progress("train", "update", "updates")
+    unbounded.at(10, 0.0)
+    assert unbounded.at(250, 480.0, "epoch 2 of 5").endswith("] update 250, epoch 2 of 5, 0.5 updates/s")
+    assert [steps.duration(s) for s in (40, 180, 7500)] == ["40 s", "3 min", "2 h 05 min"]
+
+
+def test_learn_bpe_shows_its_merges_as_progress_and_learns_the_same_codes(folder, capfd):
+    """prepare's ``subword-nmt learn-bpe -s N`` runs with --verbose for the merges it prints: the
+    codes are those learn_bpe writes without it, and no merge line reaches the output."""
+    from subword_nmt.learn_bpe import learn_bpe
+
+    corpus = folder / "corpus.txt"
+    corpus.write_text("low lower lowest newer newest wider widest\n" * 3 + "new wide low\n")
+    quiet = io.StringIO()
+    with open(corpus, encoding="utf-8") as text:
+        learn_bpe(text, quiet, 20)
+    capfd.readouterr()  # its own progress bar
+    assert steps.bpe_merges(["subword-nmt", "learn-bpe", "-s", "20"]) == 20
+    assert steps.bpe_merges(["subword-nmt", "apply-bpe", "-c", "codes"]) is None
+    step = steps.Step(folder / ".steps", "learn_bpe", [corpus], [folder / "codes"], {})
+    assert steps.run(step, ["subword-nmt", "learn-bpe", "-s", "20"], stdout=True, stdin=[corpus], prefix="prepare")
+    assert (folder / "codes").read_text(encoding="utf-8") == quiet.getvalue()
+    err = capfd.readouterr().err
+    assert "learn-bpe -s 20 --verbose" in err and not re.search(r"^pair \d", err, re.M) and "it/s" not in err
+    assert re.search(r"^\[prepare \d\d:\d\d:\d\d\] learn BPE: merge 1 of 20 \(5%\)$", err, re.M)

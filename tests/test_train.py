@@ -25,6 +25,7 @@ from conftest import REPO, shared_corpus, snapshot
 from recipe_helpers import fake_task, lines, run, train_main, train_tiny, write
 
 from fairseq_csan.recipes import train as kit
+from fairseq_csan.recipes.quickstart import TRAINING_PROGRESS
 
 TRAIN_SH = ["bash", "scripts/train.sh"]
 
@@ -302,7 +303,8 @@ def weights(path):
 @pytest.mark.slow
 def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_if_uninterrupted(data_bin, tmp_path):
     whole = tmp_path / "whole"
-    run(tiny(data_bin, whole, 6))
+    first = run(tiny(data_bin, whole, 6))
+    assert re.search(r"^\[train \d\d:\d\d:\d\d\] update 2 of 6 \(33%\)$", first.stdout, re.M)  # the progress line
     # the interrupted run: killed while fairseq copied checkpoint_1_4.pt over checkpoint_last.pt
     cut_run = tmp_path / "cut"
     cut_run.mkdir()
@@ -313,6 +315,7 @@ def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_i
     assert f"{cut_run}/checkpoint_last.pt is damaged" in done.stderr
     assert "resuming from checkpoint_1_4.pt, the newest intact checkpoint" in done.stderr
     assert "(epoch 1 @ 4 updates)" in done.stdout and "num_updates=6," in done.stdout
+    assert re.search(r"\] update 6 of 6 \(100%\)$", done.stdout, re.M)  # the resumed run's first count
     resumed, reference = weights(cut_run / "checkpoint_last.pt"), weights(whole / "checkpoint_last.pt")
     assert max((resumed[k] - reference[k]).abs().max().item() for k in reference) <= 1e-6
 
@@ -579,6 +582,24 @@ def test_a_run_has_finished_when_its_last_checkpoint_reaches_max_update(tmp_path
                               (["--max-update", "0"], None), (["--max-epoch", "1"], None)):
         assert kit.finished(last, ["fairseq-train", "data", *command]) == expected, command
 
+
+
+def test_the_progress_line_reads_fairseq_s_update_counts_in_either_log_format():
+    """The updates of train_inner and train lines (simple or json) against --max-update (the last
+    one given); with --max-epoch alone (--max-update 0), the epoch instead and no time left."""
+    inner = "2026-11-27 10:00:00 | INFO | train_inner | epoch 002:     10 / 50 loss=5.1, ups=2, num_updates={}, lr=1e-4"
+    json_line = '2026-11-27 10:00:00 | INFO | train | {{"epoch": 3, "train_loss": "4.9", "num_updates": "{}"}}'
+    seen = kit.progress_of(["fairseq-train", "data", "--max-update", "16", "--max-update=600"])
+    assert seen(b"2026-11-27 10:00:00 | INFO | valid | epoch 001 | loss 6.0 | num_updates 100", 0.0) is None
+    first = seen(inner.format(100).encode(), 0.0)
+    assert first.endswith("] update 100 of 600 (17%)")
+    assert TRAINING_PROGRESS.search(first.encode())  # the quick start shows it among the training's lines
+    assert seen(json_line.format(160).encode(), 30.0) is None  # within the minute
+    assert seen(json_line.format(220).encode(), 60.0).endswith("] update 220 of 600 (37%), 2 updates/s, "
+                                                               "about 3 min left")
+    by_epoch = kit.progress_of(["fairseq-train", "data", "--max-update", "0", "--max-epoch", "10"])
+    assert by_epoch(inner.format(40).encode(), 0.0).endswith("] update 40, epoch 2 of 10")
+    assert by_epoch(json_line.format(100).encode(), 120.0).endswith("] update 100, epoch 3 of 10, 0.5 updates/s")
 
 @pytest.mark.slow
 def test_ende_resume_continues_from_the_last_checkpoint(ende, tmp_path):

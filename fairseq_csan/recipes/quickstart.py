@@ -34,7 +34,7 @@ from .runner import run_child, shell_words
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the clone's scripts/, examples/
 DEFAULT_ARCH = "transformer_csan2d"
 # the lines of scripts/train.sh's output the quick start shows: its commands, progress and end
-TRAINING_PROGRESS = re.compile(rb"^\+ |\| (train_inner|valid) \||done training")
+TRAINING_PROGRESS = re.compile(rb"^\+ |\| (train_inner|valid) \||done training|^\[train [0-9:]+\] update ")
 
 # Each setting: its option, the environment variable that is its default where set and not empty
 # (an option given wins), its metavar (None: a switch, whose variable is 0 or 1), its default

@@ -582,18 +582,42 @@ class Ended:
     signal: Optional[int] = None
 
 
+def shown_lines(lines: List[bytes], keep: Optional["re.Pattern"], watch: Optional[Callable[[bytes], Optional[str]]]):
+    """What :func:`run_child` shows of whole ``lines`` (without their line feeds): those ``keep``
+    matches (all, without it), each followed by the line ``watch`` returns for it, if any."""
+    for line in lines:
+        if keep is None or keep.search(line):
+            yield line + b"\n"
+        said = watch(line) if watch is not None else None
+        if said:
+            yield said.encode("utf-8") + b"\n"
+
+
+def pass_errors(pipe, errors: Callable[[bytes], Optional[str]]) -> None:
+    """A child's errors, line by line to ``errors``, and what it returns to this stderr."""
+    with pipe:
+        for line in pipe:
+            said = errors(line.rstrip(b"\n"))
+            if said:
+                print(said, file=sys.stderr, flush=True)
+
+
 def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = False, show: bool = False,
               keep: Optional["re.Pattern"] = None, errors_to_out: bool = True,
               stdin: Iterable[Path] = (), env: Optional[dict] = None, cwd=None, keep_fds: Sequence[int] = (),
               with_parent: bool = False, whole_group: bool = False, resend: bool = False,
               kill_after: Optional[float] = None, name: str = "the child", say: Callable[[str], None] = None,
-              started: Callable[[subprocess.Popen], None] = None) -> Ended:
+              started: Callable[[subprocess.Popen], None] = None,
+              watch: Callable[[bytes], Optional[str]] = None, errors: Callable[[bytes], Optional[str]] = None) -> Ended:
     """Run ``command`` to its end in a process group of its own (how it ended: :class:`Ended`).
 
     - ``out``: the file its output and errors go to (``append``: added to its end; not
       ``errors_to_out``: its output alone, its errors to this process's stderr), else this
       process's stderr; ``show``: what it writes to ``out`` is shown on this stdout as it grows
-      (``keep``: only its lines that match).
+      (``keep``: only its lines that match); ``watch``: called with each of those lines, kept or
+      not, as it is shown, and a line it returns is shown after it (a progress line).
+    - ``errors`` (with ``out``, not ``errors_to_out``): called with each line of its errors as it
+      comes (read by a thread), and what it returns goes to this process's stderr instead.
     - ``stdin``: files fed to its input, one after the other.
     - ``keep_fds``: descriptors it inherits (a :class:`WriterLock`'s: the lock stays held while
       it runs, even when this process is killed); ``with_parent``: it is killed when this process
@@ -630,13 +654,14 @@ def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = F
     main = threading.current_thread() is threading.main_thread()
     # caught before the child starts: a signal meanwhile is passed on once it runs
     previous = {sig: signal.signal(sig, pass_on) for sig in SIGNALS} if main else {}
-    shown = None
+    shown = reader = None
     try:
         output = open(out, "ab" if append else "wb") if out is not None else None
         start = output.tell() if output is not None else 0
         try:
             child = subprocess.Popen(argv, stdout=output or sys.stderr,
-                                     stderr=subprocess.STDOUT if errors_to_out or output is None else None,
+                                     stderr=subprocess.STDOUT if errors_to_out or output is None
+                                     else subprocess.PIPE if errors else None,
                                      stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, env=env, cwd=cwd,
                                      pass_fds=tuple(keep_fds), preexec_fn=_starter(with_parent))
             if show and output is not None:
@@ -645,6 +670,9 @@ def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = F
         finally:
             if output is not None:
                 output.close()
+        if child.stderr is not None:  # read from the start: a child that writes errors while it is fed never waits
+            reader = threading.Thread(target=pass_errors, args=(child.stderr, errors), daemon=True)
+            reader.start()
         if started:
             started(child)
         if received and not passed:  # it came before the child ran
@@ -685,10 +713,12 @@ def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = F
                     deliver(received[-1])
             if shown is not None:
                 chunk = shown.read()
-                if keep is not None and (chunk or ended):  # whole lines only: the last one waits for its end
+                if (keep is not None or watch is not None) and (chunk or ended):  # whole lines: the last waits for its end
                     lines = (rest + chunk).split(b"\n")
-                    rest = lines.pop() if not ended else b""
-                    chunk = b"".join(line + b"\n" for line in lines if keep.search(line))
+                    rest = lines.pop()
+                    if ended and rest:
+                        lines.append(rest)
+                    chunk = b"".join(shown_lines(lines, keep, watch))
                 if chunk:
                     sys.stdout.buffer.write(chunk)
                     sys.stdout.flush()
@@ -701,6 +731,8 @@ def run_child(command: Sequence, out: Optional[Path] = None, *, append: bool = F
     finally:
         if shown is not None:
             shown.close()
+        if reader is not None:
+            reader.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if received:

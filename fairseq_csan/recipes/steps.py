@@ -32,9 +32,11 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -190,10 +192,82 @@ def make(step: Step, action: Callable[[List[Path]], None], force: bool = False, 
     return True
 
 
+EVERY_S = 60.0  # seconds between two progress lines of a long command
+
+
+def duration(seconds: float) -> str:
+    """A time left, rounded: ``40 s``, ``3 min``, ``2 h 05 min``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+class Progress:
+    """How far a long command is, in one line now and then:
+    ``[PREFIX HH:MM:SS] WHAT COUNT of TOTAL (P%), R UNIT/s, about T left``.
+
+    :meth:`at` takes each count the command reports with the time it was seen, and returns a
+    line for the first count and then for the first count after ``every`` seconds since the last
+    line (else None). The speed is over the counts seen here (a resumed training's from where it
+    resumed), so the first line has none; without a total there is no time left."""
+
+    def __init__(self, prefix: str, what: str, unit: str, total: Optional[int] = None, every: float = EVERY_S):
+        self.prefix, self.what, self.unit, self.total, self.every = prefix, what, unit, total, every
+        self.first = None  # (count, time) of the first count seen
+        self.said = None  # the time of the last line
+
+    def at(self, count: int, now: float, note: str = "") -> Optional[str]:
+        if self.first is None:
+            self.first = (count, now)
+        if self.said is not None and now - self.said < self.every:
+            return None
+        self.said = now
+        words = [f"{self.what} {count}" + (f" of {self.total} ({100 * count / self.total:.0f}%)" if self.total else "")]
+        words += [note] if note else []
+        done, spent = count - self.first[0], now - self.first[1]
+        if done > 0 and spent > 0:
+            rate = done / spent
+            words.append(f"{rate:.0f}" if rate >= 100 else f"{rate:.3g}")
+            words[-1] += f" {self.unit}/s"
+            if self.total:
+                words.append(f"about {duration(max(self.total - count, 0) / rate)} left")
+        return f"[{self.prefix} {time.strftime('%H:%M:%S', time.localtime(now))}] " + ", ".join(words)
+
+
+MERGE = re.compile(rb"pair (\d+): ")  # subword-nmt learn-bpe --verbose: "pair K: a b -> ab (frequency F)", K from 0
+
+
+def bpe_merges(argv: Sequence[str]) -> Optional[int]:
+    """The merges that a ``subword-nmt learn-bpe -s N`` command learns (N); None for another command."""
+    if list(argv[:2]) != ["subword-nmt", "learn-bpe"]:
+        return None
+    for i, word in enumerate(argv[:-1]):
+        if word in ("-s", "--symbols") and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+    return None
+
+
+def merges_seen(progress: Progress, line: bytes, now: float) -> Optional[str]:
+    """What stderr shows for a line of learn-bpe --verbose's errors: a merge ("pair K: ...")
+    counts towards ``progress`` (its line now and then); any other line is shown as it is."""
+    found = MERGE.match(line)
+    if found is None:
+        return line.decode("utf-8", "replace")
+    return progress.at(int(found.group(1)) + 1, now)
+
+
 def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = (), prefix: str = "step") -> None:
     """Run a command (logged as a shell line), its output to ``stdout`` and ``stdin`` files fed
     to its input; a failure stops the recipe with the command's status."""
     argv = [str(w) for w in argv]
+    merges, errors = bpe_merges(argv), None
+    if merges is not None and stdout:  # its merges, a line each with --verbose (the same codes): a progress line
+        argv.append("--verbose")
+        progress = Progress(prefix, "learn BPE: merge", "merges", merges)
+
+        def errors(line):
+            return merges_seen(progress, line, time.time())
     stdin = list(stdin)
     shown = shell_words(argv)
     if stdin:
@@ -201,11 +275,11 @@ def call(argv: Sequence, stdout: Optional[Path] = None, stdin: Iterable[Path] = 
     if stdout:
         shown += f" > {shlex.quote(str(stdout))}"
     _log(prefix, f"  $ {shown}")
-    # a progress bar (tqdm's, as subword-nmt learn-bpe draws) only where someone watches: in a
-    # log file its carriage returns make one line of hundreds of updates
-    env = None if sys.stderr.isatty() else {**os.environ, "TQDM_DISABLE": "1"}
+    # a progress bar (tqdm's, as subword-nmt learn-bpe draws) only where someone watches and no
+    # progress line is made: in a log file its carriage returns make one line of hundreds of updates
+    env = None if sys.stderr.isatty() and errors is None else {**os.environ, "TQDM_DISABLE": "1"}
     code = run_child(argv, stdout, stdin=stdin, errors_to_out=False, env=env, with_parent=True, name=argv[0],
-                     say=lambda message: _log(prefix, message)).code
+                     say=lambda message: _log(prefix, message), errors=errors).code
     if code != 0:
         _log(prefix, f"error: {argv[0]} exited with status {code}")
         raise SystemExit(code if 0 < code < 126 or code > 128 else 1)

@@ -14,8 +14,9 @@ command; ``--dry-run`` prints it. A real run then, in this order:
    damaged checkpoint_last.pt (or one older than the newest interval checkpoint) is replaced,
    atomically and with a message, by the newest intact checkpoint_E_U.pt;
 4. runs the command through runner.run_child, its output appended to SAVE/train.log and
-   shown; SIGTERM, SIGINT or SIGHUP is passed on to the trainer, which this process then waits
-   for (a lone fairseq-train that still runs runner.RESEND_S seconds later gets it again).
+   shown, with a progress line of the kit's among it (:func:`progress_of`); SIGTERM, SIGINT
+   or SIGHUP is passed on to the trainer, which this process then waits for (a lone
+   fairseq-train that still runs runner.RESEND_S seconds later gets it again).
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ import os
 import re
 import shutil
 import sys
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from .command_line import Parser
 from .runner import RUN, TASK, Refusal, WriterLock, atomic, changed_since, is_lock, made_from, run_child, shell_words
 from .runner import Damaged as DamagedRecord
+from .steps import Progress
 from .task import NotATask, PreparedTask
 from .. import user_dir
 from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
@@ -662,6 +665,35 @@ def finished(last: Path, cmd: List[str]) -> Optional[int]:
     return updates if updates >= int(limit) else None
 
 
+# fairseq-train's train_inner and train lines, --log-format simple or json: "num_updates=250",
+# "num_updates 250" or "num_updates": "250"; and their epoch ("epoch 003:", "epoch 003 |", "epoch": 3)
+UPDATES = re.compile(rb"\| train(?:_inner)? \| .*?\bnum_updates\W+(\d+)")
+EPOCH = re.compile(rb"\bepoch\W+(\d+)")
+
+
+def progress_of(cmd: List[str]) -> Callable[[bytes, float], Optional[str]]:
+    """What makes the kit's progress line (steps.Progress) from the lines of fairseq-train's log,
+    each given with the time it was seen: the updates of its train_inner and train lines, of the
+    command's --max-update, with the time left; where --max-epoch alone bounds the run (fairseq's
+    --max-update 0), the epoch of --max-epoch instead, and no time left."""
+    def number(flag):
+        value = flag_value(cmd, flag) or ""
+        return int(value) if value.isdigit() else 0
+
+    max_update, max_epoch = number("--max-update"), number("--max-epoch")
+    progress = Progress("train", "update", "updates", max_update or None)
+
+    def seen(line: bytes, now: float) -> Optional[str]:
+        found = UPDATES.search(line)
+        if found is None:
+            return None
+        epoch = EPOCH.search(line)
+        note = f"epoch {int(epoch.group(1))} of {max_epoch}" if epoch and max_epoch and not max_update else ""
+        return progress.at(int(found.group(1)), now, note)
+
+    return seen
+
+
 # ---------------------------------------------------------------------------- running it
 
 def run(plan: dict) -> int:
@@ -694,9 +726,12 @@ def run(plan: dict) -> int:
     log(shell_words(cmd))
     log(f"log: {plan['log']} (the 'ups' column is training steps/s, the papers' Speed)")
     # the trainer appends to the log itself (it goes on if this process is killed) and holds
-    # the lock too; torchrun and srun get a signal once: they stop their workers themselves
+    # the lock too; torchrun and srun get a signal once: they stop their workers themselves.
+    # A progress line (update N of M, the speed, the time left) is shown among its lines, at most once a minute
+    progress = progress_of(cmd)
     ended = run_child(cmd, plan["log"], append=True, show=True, keep_fds=(lock.fd,), resend=not plan["launcher"],
-                      name="the trainer", say=log, started=lambda trainer: lock.note(f"trainer pid {trainer.pid}"))
+                      name="the trainer", say=log, started=lambda trainer: lock.note(f"trainer pid {trainer.pid}"),
+                      watch=lambda line: progress(line, time.time()))
     print(summary(plan["log"]), file=sys.stderr, flush=True)
     return ended.code
 
