@@ -3,7 +3,9 @@
 It tokenises the source language and detokenises the target language exactly as the task
 recipes do (fairseq_csan/recipes/text.py): punctuation normalisation and the Moses tokenizer
 without escaping for En, De and other languages, jieba for Zh, MeCab (fugashi) for Ja; the
-Moses detokenizer for the output (for Zh and Ja, the tokens joined without spaces). The languages are the task's ``-s``/``-t`` (or
+Moses detokenizer for the output (for Zh and Ja, the tokens joined without spaces); with
+``pretokenized`` (a model of text tokenised by its makers: prepare files --pretokenized, which
+export records), neither: input is taken as tokens and the output stays tokens. The languages are the task's ``-s``/``-t`` (or
 ``source_lang``/``target_lang`` in a model folder's configuration). Its tokeniser packages
 are imported only when it is built, so ``--user-dir fairseq_csan`` stays light.
 
@@ -36,6 +38,9 @@ NAME = "csan_recipe"
 class RecipeTokenizerConfig(FairseqDataclass):
     source_lang: Optional[str] = field(default=None, metadata={"help": "source language"})
     target_lang: Optional[str] = field(default=None, metadata={"help": "target language"})
+    pretokenized: bool = field(default=False, metadata={
+        "help": "the model was trained on text tokenised by its makers (prepare files --pretokenized): input is "
+                "taken as tokens, output is tokens"})
 
 
 @register_tokenizer(NAME, dataclass=RecipeTokenizerConfig)
@@ -49,11 +54,12 @@ class RecipeTokenizer:
                              "-s/--source-lang and -t/--target-lang")
         from .recipes import text  # the tokenisers' packages load here, not with the plugin
 
+        pretokenized = bool(getattr(cfg, "pretokenized", False))
         try:
-            self._detokenize = text.make_detokenizer(tgt)
+            self._detokenize = text.make_detokenizer(tgt, pretokenized)
         except ValueError as error:
             raise ValueError(f"--tokenizer {NAME}: -t {tgt}: {error}") from None
-        self._tokenize = text.line_tokenizer(src)
+        self._tokenize = text.line_tokenizer(src, pretokenized)
         self.source_lang, self.target_lang = src, tgt
 
     def encode(self, x: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 from conftest import shared_corpus
 from recipe_helpers import in_process, lines, prepare_planner, refusal_of, run, walk_options, write
 
-from fairseq_csan.recipes import evaluate, export, translate
+from fairseq_csan.recipes import evaluate, export, text, translate
 
 PREPARE = [sys.executable, "-m", "fairseq_csan.recipes.prepare"]
 # the shared corpora of three pairs: folder, (src, tgt) as stored, and their train/valid/test names
@@ -153,16 +153,36 @@ DIRECTIONS = [("multi30k_en_fr", "en", "fr"), ("multi30k_en_fr", "fr", "en"), ("
 @pytest.mark.parametrize("corpus,src,tgt", DIRECTIONS, ids=[f"{s}-{t}" for _, s, t in DIRECTIONS])
 def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tmp_path):
     """prepare files, a tiny training, evaluate.sh, export and translate.py, with the languages
-    checked at each step: recorded, tokenised by their own rules, scored as the target needs."""
+    checked at each step: recorded, tokenised by their own rules, scored as the target needs. The
+    dry run names each step the run then takes. KFTT comes tokenised: Japanese-English keeps its
+    tokens (--pretokenized) through scoring, export and translation; English-Japanese tokenises
+    it again, with a warning that says so."""
+    from fairseq_csan.recipes import prepare
+
     raw = own_files(corpus, tmp_path / "raw")
     task = tmp_path / "task"
-    prepared = prepare_files(src, tgt, raw, task)
+    pretokenized = ["--pretokenized"] if (src, tgt) == ("ja", "en") else []
+    planned = in_process(prepare.main, ["files", "--src", src, "--tgt", tgt, "--train", raw / "train", "--valid",
+                                        raw / "valid", "--test", raw / "test", "--out", task, "--merges", 200,
+                                        *pretokenized, "--dry-run"])
+    assert not task.exists()  # a dry run writes nothing
+    prepared = prepare_files(src, tgt, raw, task, *pretokenized)
+    step_line = re.compile(r"^\[prepare \S+\] (?:would run: )?(\d/6 .*) \([^()]*\)$")
+    steps = [[m.group(1) for m in map(step_line.match, done.stderr.splitlines()) if m] for done in (planned, prepared)]
+    learnt = 2 if {src, tgt} & {"zh", "ja"} else 1  # BPE on each language, or joint
+    assert steps[0] == steps[1] and len(steps[0]) == 3 + 6 + 1 + learnt + 6 + 1, steps  # gather ... binarise
     assert "\r" not in prepared.stderr  # no progress bar drawn into a log
     settings = json.loads((task / "task.json").read_text())
     assert (settings["src"], settings["tgt"], settings["task"]) == (src, tgt, f"{src}_{tgt}")
     segmented = {src, tgt} & {"zh", "ja"}  # the Zh-En and Ja-En presets' defaults: one BPE each, ratio 9
     assert (settings["joint_bpe"], settings["clean_ratio"]) == ((False, 9.0) if segmented else (True, 1.5))
-    assert (settings["tokenizer_src"], settings["tokenizer_tgt"]) == (TOKENIZER[src], TOKENIZER[tgt])
+    rules = (text.AS_GIVEN,) * 2 if pretokenized else (TOKENIZER[src], TOKENIZER[tgt])
+    assert (settings["tokenizer_src"], settings["tokenizer_tgt"], settings["pretokenized"]) == (*rules, bool(pretokenized))
+    said = "ja looks tokenised already" in prepared.stderr
+    assert said == (corpus == "kftt30k_ja_en" and not pretokenized) and said == any(
+        "looks tokenised already" in warning for warning in settings["warnings"])
+    if pretokenized:  # its own tokens, blanks collapsed
+        assert lines(task / "tok/train.ja") == [" ".join(line.split()) for line in lines(task / "raw/train.ja")]
     assert sorted(p.name for p in (task / "data-bin").glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
     if "fr" in (src, tgt):  # French rules keep the elision on its word ("l' homme"), German's would not
         assert any(token.endswith("'") and len(token) > 1 for row in lines(task / "tok/train.fr") for token in row.split())
@@ -175,7 +195,11 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
     in_process(evaluate.main, ["--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", ev, "--cpu"])
     results = json.loads((ev / "results.json").read_text())
     assert results["task"] == f"{src}_{tgt}" and results["sentences"] == 16
-    assert SACREBLEU_TOK.get(tgt, "tok:13a") in results["sacrebleu_signature"]
+    assert ("tok:none" if pretokenized else SACREBLEU_TOK.get(tgt, "tok:13a")) in results["sacrebleu_signature"]
+    shown = (ev / "results.md").read_text()
+    assert f"  signature: {results['sacrebleu_signature']}" in shown and f"  signature: {results['chrf_signature']}" in shown
+    if pretokenized:  # scored against the references as given: nothing detokenised
+        assert lines(ev / "hyp.detok") == lines(ev / "hyp.tok") and "as given (pretokenized)" in shown
     assert results["bleu_compound"] is None  # German targets only
     hyps = lines(ev / "hyp.detok")
     if tgt in ("zh", "ja"):  # segmented scripts are joined back: no space between two of their characters
@@ -186,6 +210,7 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
     in_process(export.main, ["--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", model])
     about = json.loads((model / "export.json").read_text())
     assert (about["source_lang"], about["target_lang"], about["task"]) == (src, tgt, f"{src}_{tgt}")
+    assert about["pretokenized"] == bool(pretokenized)
     assert sorted(p.name for p in model.glob("dict.*.txt")) == sorted([f"dict.{src}.txt", f"dict.{tgt}.txt"])
     # translate.py agrees with evaluate.sh
     in_process(translate.main, ["--model", model, "--input", task / f"raw/test.{src}",
@@ -195,20 +220,23 @@ def test_own_corpus_trains_evaluates_exports_and_translates(corpus, src, tgt, tm
 
 @pytest.mark.slow
 def test_a_second_test_set_is_evaluated_on_its_own(tmp_path):
-    """--test twice: evaluate.sh --subset test1 scores the second, records it, and refuses a
-    baseline evaluated on the other one."""
+    """A test set added later (--test twice, docs/recipes.md: Scoring further test sets): the
+    rerun with --force keeps the checkpoints trained before it valid; evaluate.sh --subset test1
+    scores the second, names it by its file, and refuses a baseline evaluated on the other one."""
     raw = own_files("multi30k_en_fr", tmp_path / "raw", n_train=300, n_eval=12)
     for lang in ("en", "fr"):
         write(raw / f"second.{lang}", lines(shared_corpus("multi30k_en_fr") / f"val.{lang}")[-9:])
     task = tmp_path / "task"
-    prepare_files("fr", "en", raw, task, "--test", raw / "second")
+    prepare_files("fr", "en", raw, task)
     save = tmp_path / "ck"
     run(["bash", "scripts/train.sh", "--data", task, "--arch", "transformer", "--save-dir", save, "--cpu-tiny",
          "--max-update", 2])
+    prepare_files("fr", "en", raw, task, "--test", raw / "second", "--force")
     options = ["--data", task, "--checkpoint", save / "checkpoint_last.pt", "--cpu"]  # scripts/evaluate.sh's main
     in_process(evaluate.main, [*options, "--out", tmp_path / "ev1", "--subset", "test1"])
     results = json.loads((tmp_path / "ev1/results.json").read_text())
-    assert (results["subset"], results["sentences"]) == ("test1", 9)
+    assert (results["subset"], results["sentences"], results["test_set"]) == ("test1", 9, "second")
+    assert (tmp_path / "ev1/results.md").read_text().startswith("# transformer (transformer, fr_en second, test1)")
     assert lines(tmp_path / "ev1/hyp.tok") != [] and len(lines(task / "raw/test1.en")) == 9
     refused = in_process(evaluate.main, [*options, "--out", tmp_path / "ev0", "--baseline", tmp_path / "ev1"],
                          check=False)

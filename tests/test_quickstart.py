@@ -111,7 +111,8 @@ def test_every_setting_changes_the_commands_or_is_refused(tmp_path, corpus):
                 {"MODEL": str(tmp_path / "model")}, {"DEVICE": "gpu"}, {"MAX_UPDATE": "7"},
                 {"DIM": "64"}, {"MAX_TOKENS": "1000"}, {"BPE_MERGES": "100"}, {"MODEL_FLAGS": "--dropout 0.2"},
                 {"TOY_ARGS": "--train 100"}, {"FORCE": "1"}, {"FORCE": "yes"}, {"DRY_RUN": "2"},
-                {"SRC": "de", "TGT": "en"}, {"SRC": "fr"}, {"TGT": "fr"}]
+                {"SRC": "de", "TGT": "en"}, {"SRC": "fr"}, {"TGT": "fr"}, {"CLEAN_RATIO": "3"}, {"CLEAN_RATIO": "0.5"},
+                {"PRETOKENIZED": "1"}]
     settings.append({"DEVICE": "auto" if torch.cuda.is_available() else "cuda"})  # the one that is not the CPU
     walk_options(plan, [setting.items() for setting in settings])
     assert not (tmp_path / "work").exists()  # a dry run writes nothing
@@ -133,7 +134,7 @@ def test_quickstart_errors_name_the_fix(tmp_path):
     for lang in ("zh", "en"):
         (corpus / f"valid.{lang}").write_text("x\n", encoding="utf-8")
     done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en"}, tmp_path)
-    assert refused(done, "holds both val.zh and valid.zh")
+    assert refused(done, "holds val.zh and valid.zh: one validation set")
     for lang in ("zh", "en"):
         (corpus / f"valid.{lang}").unlink()
     (corpus / "eval.zh").rename(corpus / "test.zh")
@@ -141,8 +142,25 @@ def test_quickstart_errors_name_the_fix(tmp_path):
     done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en", "DRY_RUN": "1"}, tmp_path)
     assert done.returncode == 0 and "test_b.zh has no test_b.en: not a test set here" in done.stdout
     assert f"--test {corpus}/test --out" in done.stdout and "--src zh --tgt en" in done.stdout
+    assert "BPE for zh and for en apart" in done.stdout  # prepare's own rule for a segmented side
+    # dev for val, gzipped files, the cleaning ratio and text tokenised already, as prepare files takes them
+    import gzip
+
+    for lang in ("zh", "en"):
+        (corpus / f"val.{lang}").rename(corpus / f"dev.{lang}")
+        with gzip.open(corpus / f"train.{lang}.gz", "wb") as f:
+            f.write(b"x\n")
+        (corpus / f"train.{lang}").unlink()
+    done = quickstart({"CORPUS": str(corpus), "SRC": "zh", "TGT": "en", "DRY_RUN": "1", "CLEAN_RATIO": "3",
+                       "PRETOKENIZED": "1"}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (f"--train {corpus}/train --valid {corpus}/dev --test {corpus}/test --pretokenized --clean-ratio 3 --out"
+            in done.stdout) and "keep the corpus's own tokens, clean (length ratio <= 3)" in done.stdout
+    assert refused(quickstart({"CLEAN_RATIO": "0.5"}, tmp_path), "CLEAN_RATIO must be a number of at least 1, got '0.5'")
+    assert refused(quickstart({"PRETOKENIZED": "1"}, tmp_path), "PRETOKENIZED=1 is for a CORPUS tokenised already")
     m30k = quickstart({"CORPUS": str(shared_corpus("multi30k_en_de")), "DRY_RUN": "1"}, tmp_path)
     assert m30k.returncode == 0 and "examples/multi30k/prepare.sh --raw-dir" in m30k.stdout  # as before: the preset
+    assert "joint BPE for en and de" in m30k.stdout
     for env, message in (({"SRC": "fr", "TGT": "en"}, "the toy corpus is English-German (en-de or de-en)"),
                          ({"SRC": "en", "TGT": "en"}, "SRC and TGT are both en"),
                          ({"CORPUS": str(corpus), "SRC": "Chinese"}, "SRC must be a language code")):
@@ -185,7 +203,8 @@ def test_every_option_changes_the_commands_or_is_refused(tmp_path, corpus):
                ["--max-tokens", "1000"], ["--bpe-merges", "100"], ["--model-flags=--dropout 0.2"],
                ["--toy-args", "--train 100"], ["--force"], ["--src", "de", "--tgt", "en"], ["--src", "fr"],
                ["--tgt", "fr"], ["--device", "auto" if torch.cuda.is_available() else "cuda"],
-               ["--dim", ""], ["--dim"], ["--max-update", "0"], ["--force=1"], ["--", "--fp16"]]
+               ["--dim", ""], ["--dim"], ["--max-update", "0"], ["--force=1"], ["--", "--fp16"], ["--clean-ratio", "2"],
+               ["--pretokenized"]]
     walk_options(plan, options)
     assert not (tmp_path / "work").exists()  # a dry run writes nothing
 

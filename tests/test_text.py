@@ -8,6 +8,7 @@ import pytest
 
 from fairseq_csan.recipes import text as text_tools
 from fairseq_csan.recipes.text import TextError, iter_lines, read_lines
+from conftest import shared_corpus
 from recipe_helpers import lines, write
 
 # characters that str.splitlines() treats as line ends; none of them ends a line here
@@ -117,19 +118,27 @@ def test_tokenize_file_keeps_lines_aligned_with_workers(tmp_path):
     assert len(out) == 15 and out[1] == "" and out[0] == "Ein Satz ." and out[2] == "Noch einer , bitte !"
 
 
-def test_clean_pair_by_hand(tmp_path):
+def test_clean_pair_by_hand(tmp_path, capsys):
     src = ["a b c", "", "a b c d", "a", "a b"]
     tgt = ["x y z", "x", "x y", "x y z w v", "x y w"]
     write(tmp_path / "s", src)
     write(tmp_path / "t", tgt)
     # kept: 3/3 (ratio 1), 2/3 (1.5); dropped: empty source, 4/2 = 2 > 1.5, 1/5 = 5 > 1.5
-    kept, dropped = text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2",
-                                          max_len=250, ratio=1.5)
-    assert (kept, dropped) == (2, 3)
+    kept, why = text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2",
+                                      max_len=250, ratio=1.5)
+    assert (kept, why) == (2, {"empty": 1, "long": 0, "ratio": 2, "token": 0})
     assert lines(tmp_path / "s2") == ["a b c", "a b"]
+    # 3 of 5 dropped: said, with the reasons, most first, and the option that keeps them
+    assert ("[clean] warning: cleaning dropped 3 of 5 training pairs (60.0%): 2 --clean-ratio R over 1.5 keeps more "
+            "of them, 1 a pair with an empty side cannot be trained on") in capsys.readouterr().err
     kept, _ = text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2",
                                     max_len=3, ratio=9)
     assert kept == 2 and lines(tmp_path / "t2") == ["x y z", "x y w"]  # "a b c d" and "x y z w v" too long
+    write(tmp_path / "s", ["a b"] * 20 + ["a"])
+    write(tmp_path / "t", ["x y"] * 20 + ["x y"])
+    capsys.readouterr()
+    assert text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2")[0] == 20
+    assert "warning" not in capsys.readouterr().err  # 1 of 21 (4.8%): within text.DROP_WARNING
 
 
 def test_clean_refuses_misaligned_files(tmp_path):
@@ -138,3 +147,36 @@ def test_clean_refuses_misaligned_files(tmp_path):
     with pytest.raises(SystemExit, match="differ in length"):
         text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2")
     assert not (tmp_path / "s2").exists()
+
+
+def test_a_gzipped_file_reads_as_its_text(tmp_path):
+    import gzip
+
+    with gzip.open(tmp_path / "train.en.gz", "wb") as f:
+        f.write("\ufeffone\ntwo\r\nthree".encode("utf-8"))
+    assert read_lines(tmp_path / "train.en.gz") == ["one", "two\r", "three"]
+
+
+def test_text_tokenised_already_is_noticed():
+    """Multi30k's English and German and a Japanese corpus as they come are raw text; the same
+    after the recipe's tokeniser (or segmenter), and lowercased, look tokenised."""
+    import itertools
+
+    for lang, path in (("en", "multi30k_en_de/train.en"), ("de", "multi30k_en_de/train.de"),
+                       ("ja", "kftt30k_ja_en/train.ja")):
+        given = list(itertools.islice(iter_lines(shared_corpus(path.split("/")[0]) / path.split("/")[1]), 1000))
+        raw = [line.replace(" ", "") for line in given] if lang == "ja" else given  # KFTT comes segmented
+        tokenised = [text_tools.make_tokenizer(lang)(line).lower() for line in raw]
+        assert text_tools.looks_tokenized(raw, lang) is None, lang
+        assert text_tools.looks_tokenized(tokenised, lang), lang
+    assert text_tools.looks_tokenized(["he didn 't care for swimming ."] * 20, "en")
+    assert text_tools.looks_tokenized(["he didn 't care ."] * 3, "en") is None  # too few to tell
+
+
+def test_pretokenized_text_keeps_its_tokens():
+    assert text_tools.tokenizer_name("en", pretokenized=True) == text_tools.AS_GIVEN
+    for lang in ("en", "ja"):
+        tokenize = text_tools.line_tokenizer(lang, pretokenized=True)
+        assert tokenize("  he didn 't  care . ") == "he didn 't care ."
+        assert text_tools.make_detokenizer(lang, pretokenized=True)("he didn 't care .") == "he didn 't care ."
+    assert text_tools.line_tokenizer("en")("he didn 't care .") == "he didn ' t care ."  # what it avoids

@@ -51,8 +51,8 @@ def table(runs, metric="bleu_tok"):
     systems, tasks, cells = [], [], {}
     for run in runs:
         system, task = run["name"], run.get("task") or "?"
-        if run.get("subset") not in (None, "test"):  # another test set (test1, ...) or the dev set: its own column
-            task = f"{task} {run['subset']}"
+        if run.get("subset") not in (None, "test"):  # another test set or the dev set: its own column, by its name
+            task = f"{task} {run.get('test_set') or run['subset']}"
         if system not in systems:
             systems.append(system)
         if task not in tasks:

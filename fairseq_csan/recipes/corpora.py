@@ -49,6 +49,7 @@ class Corpus:
     where: str = ""  # where to get it, for the error message
     fields: Optional[Dict[str, int]] = None
     folder: Optional[str] = None
+    label: str = ""  # its short name in reports (a test set's); "": the name's last word
 
 
 @dataclass
@@ -85,7 +86,7 @@ def _aspec(name, path, ja_field, en_field):
 
 def _en_de_files(label, names, where):
     """train, valid and test as one corpus each: the files NAME.en and NAME.de in the raw folder."""
-    return {split: [Corpus(f"{label} {name}", [{"en": f"{name}.en", "de": f"{name}.de"}], where=where(name))]
+    return {split: [Corpus(f"{label} {name}", [{"en": f"{name}.en", "de": f"{name}.de"}], where=where(name), label=name)]
             for split, name in zip(("train", "valid", "test"), names)}
 
 
@@ -251,13 +252,19 @@ def files_task(src: str, tgt: str, train: str, valid: str, tests: List[str]) -> 
 
     def corpus(label, prefix):
         return [Corpus(f"{label} {prefix}", [{src: f"{prefix}.{src}", tgt: f"{prefix}.{tgt}"}],
-                       where=f"give line-aligned UTF-8 files {prefix}.{src} and {prefix}.{tgt}")]
+                       where=f"give line-aligned UTF-8 files {prefix}.{src} and {prefix}.{tgt}", label=Path(prefix).name)]
 
     splits = {"train": corpus("--train", train), "valid": corpus("--valid", valid)}
     for number, prefix in enumerate(tests):
         splits[f"test{number or ''}"] = corpus("--test", prefix)
     return Task(src=src, tgt=tgt, splits=splits, name=f"{src}_{tgt}",
                 note=f"your own {src}-{tgt} corpus")
+
+
+def test_name(task: Task, split: str) -> str:
+    """A test split's own name, as reports show it: its files' name (test_2016_flickr,
+    newstest2014; for your own files, the PREFIX's last part), corpora concatenated joined by +."""
+    return "+".join(corpus.label or corpus.name.split()[-1] for corpus in task.splits[split])
 
 
 def task_of(task) -> Task:
@@ -287,7 +294,7 @@ def text_lines(path: Path):
 def read_side(path: Path, column: Optional[int] = None) -> List[str]:
     """The segments of one side: a plain text file, a WMT SGM file or an ASPEC column."""
     lines = text_lines(path)
-    if path.suffix == ".sgm":
+    if path.name.endswith((".sgm", ".sgm.gz")):
         # as sacreBLEU reads SGM: the text between the <seg> tags, not unescaped
         return [clean_line(m.group(1)) for line in lines if (m := SEG.search(line))]
     if column is None:
@@ -302,10 +309,16 @@ def read_side(path: Path, column: Optional[int] = None) -> List[str]:
     return out
 
 
+def present(path: Path) -> Optional[Path]:
+    """``path`` where it is a file, else ``path.gz`` where that is (read as it is: text.iter_lines)."""
+    path = Path(path)
+    return path if path.is_file() else path.with_name(path.name + ".gz") if Path(f"{path}.gz").is_file() else None
+
+
 def find_layout(corpus: Corpus, raw: Path, langs) -> Optional[Dict[str, Path]]:
     for layout in corpus.layouts:
-        paths = {lang: raw / layout[lang] for lang in langs}
-        if all(p.is_file() for p in paths.values()):
+        paths = {lang: present(raw / layout[lang]) for lang in langs}
+        if all(paths.values()):
             return paths
     return None
 
@@ -315,13 +328,14 @@ def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
         wanted = f"{raw / corpus.folder}/NAME.{langs[0]} + NAME.{langs[1]} pairs"
     else:
         wanted = " or ".join(" + ".join(str(raw / layout[lang]) for lang in langs) for layout in corpus.layouts)
-    lines = [f"{task_name}: missing {corpus.name}: expected {wanted}."]
+    lines = [f"{task_name}: missing {corpus.name}: expected {wanted} (each may be gzipped, NAME.gz)."]
     for layout in corpus.layouts:
-        present = [lang for lang in langs if (raw / layout[lang]).is_file()]
-        if len(present) == 1:
-            other = langs[1 - langs.index(present[0])]
-            lines.insert(0, f"{task_name}: {corpus.name}: found the {present[0]} side "
-                            f"{raw / layout[present[0]]} but not the {other} side {raw / layout[other]}")
+        found = {lang: present(raw / layout[lang]) for lang in langs}
+        if len([lang for lang in langs if found[lang]]) == 1:
+            have = next(lang for lang in langs if found[lang])
+            other = langs[1 - langs.index(have)]
+            lines.insert(0, f"{task_name}: {corpus.name}: found the {have} side "
+                            f"{found[have]} but not the {other} side {raw / layout[other]}")
     if corpus.url:
         lines.append(f"  It comes in {corpus.archive} from {corpus.url}; put the archive or the "
                      f"extracted files in {raw}, or run without --no-download to fetch it.")

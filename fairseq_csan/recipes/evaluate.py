@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from . import decoding
@@ -139,7 +140,8 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
     again (about 4 s on 2 cores). What it writes goes where ``command > gen_tmp 2> log_tmp`` puts
     it: its standard output (the hypotheses) to gen_tmp, its standard error (its log, warnings,
     errors) to log_tmp, so no log line can land among the hypotheses. The sentences done are
-    reported meanwhile, on this command's own standard error."""
+    reported meanwhile every ``every`` seconds, with the speed and the time left, on this
+    command's own standard error."""
     import logging
     import traceback
 
@@ -156,9 +158,14 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
         except OSError:
             return 0
 
+    from .steps import Progress
+
+    progress = Progress("evaluate", "  decoded", "sentences", total, every=0)  # (the watcher keeps the time)
+    progress.at(0, time.time())  # the speed from the start
+
     def watch():
         while not done.wait(every):
-            log(f"    decoded {count()} of {total} sentences", terminal)
+            print(progress.at(count(), time.time()), file=terminal, flush=True)
 
     root = logging.getLogger()
     saved = root.handlers[:], root.level, sys.argv, sys.stdout, sys.stderr
@@ -344,7 +351,8 @@ def main(argv=None) -> None:
     score_args = ["score", "--generate-log", str(gen), "--decode-log", str(out / "generate.log"),
                   "--ref-tok", str(refs["tokenised reference"]), "--ref-raw", str(refs["raw reference"]),
                   "--lang", tgt, "--out", str(out), "--name", args.name or arch or out.name,
-                  "--task", task.task, "--subset", args.subset]
+                  "--task", task.task, "--subset", args.subset, "--test-name", task.test_name(args.subset),
+                  *(["--pretokenized"] if task.pretokenized else [])]
     if arch:  # what the checkpoint itself says
         score_args += ["--arch", arch]
     if tgt.split("_")[0] == "de":  # de, de_AT

@@ -46,7 +46,7 @@ def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int
     """The configuration that makes a checkpoint of ``task`` translate raw text as the recipe
     does: fairseq's ``arg_overrides`` (set by name in every group of the checkpoint's cfg)."""
     return {"data": data, "source_lang": task.src, "target_lang": task.tgt,
-            "tokenizer": TOKENIZER, "bpe": "subword_nmt", "bpe_codes": bpe_codes,
+            "tokenizer": TOKENIZER, "pretokenized": bool(task.pretokenized), "bpe": "subword_nmt", "bpe_codes": bpe_codes,
             **decoding.generation_overrides(), "batch_size": batch_size, "max_tokens": None}
 
 
@@ -104,7 +104,8 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")
     about = {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
              "made_from": made_from,  # the task's dictionaries and training data it was checked against
-             "tokenizer": TOKENIZER, "bpe": "subword_nmt", **decoding.generation_overrides(),
+             "tokenizer": TOKENIZER, "pretokenized": bool(task.pretokenized), "bpe": "subword_nmt",
+             **decoding.generation_overrides(),
              "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}}
     (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
 

@@ -80,6 +80,32 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
     return notes
 
 
+def found_as_they_are(spec, split, raw):
+    """A dry run's view of a preset's split: its corpora's files as they lie in the raw folder
+    (nothing extracted, nothing downloaded); None where one is not there as files."""
+    found = []
+    for corpus in spec.splits[split]:
+        files = corpora.find_layout(corpus, raw, (spec.src, spec.tgt)) if corpus.folder is None else None
+        if files is None:
+            return None
+        found.append((corpus, files))
+    return found
+
+
+def tokenised_already(task, langs, pretokenized: bool) -> List[str]:
+    """For each language whose training text looks tokenised already (text.looks_tokenized, on its
+    first 5,000 lines), a sentence saying so: it is tokenised again unless --pretokenized."""
+    notes = []
+    for lang in langs if not pretokenized else ():
+        with open(task.raw("train", lang), encoding="utf-8", errors="replace") as f:
+            why = text.looks_tokenized((line for _, line in zip(range(5000), f)), lang)
+        if why:
+            notes.append(f"train.{lang} looks tokenised already ({why}); it is tokenised again, which splits its "
+                         "tokens further (didn 't -> didn ' t); to keep its own tokens, prepare it with --pretokenized "
+                         "(PRETOKENIZED=1 in the quick start; docs/recipes.md, Pre-tokenised corpora)")
+    return notes
+
+
 def layout(out: Path, src: str, tgt: str, splits) -> list:
     """Every path that prepare's steps write in ``out`` (task.py's layout), fairseq-preprocess's
     files in data-bin/, and the temporary folder of that output (steps.py's NAME.tmp, all of it),
@@ -111,6 +137,9 @@ def _common(p, default_out, merges_help):
     p.add_argument("--force", action="store_true",
                    help="delete what this command wrote in OUT (not the downloads) and redo every step; refused "
                         "when those folders hold files it did not write")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the steps a run would take now (each step the run then takes), and exit: nothing is "
+                        "written, downloaded or extracted")
 
 
 def positive(flag):
@@ -150,6 +179,10 @@ def parser() -> argparse.ArgumentParser:
                         "side is zh or ja, whose words are counted otherwise, as the presets)")
     f.add_argument("--clean-max-len", type=int, default=250, metavar="N",
                    help="drop training pairs with a side over N tokens (default 250)")
+    f.add_argument("--pretokenized", action="store_true",
+                   help="the files are tokenised (or segmented) already: keep their own tokens, and score against "
+                        "the references as given (sacreBLEU tokenize none); the model folder translates tokens to "
+                        "tokens (docs/recipes.md, Pre-tokenised corpora)")
     for name, spec in sorted(corpora.TASKS.items()):
         t = tasks.add_parser(name, prog=f"prepare.sh ({name})", help=f"the {name} preset (examples/*/prepare.sh)",
                              description="Prepare the task's corpora for fairseq (docs/recipes.md).")
@@ -167,6 +200,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def own_corpus_defaults(src: str, tgt: str):
+    """``prepare files``' joint BPE (1 or 0) and cleaning ratio for a pair, as the presets have them:
+    separate BPE and a ratio of 9 where one side is zh or ja (segmented: words counted otherwise)."""
+    segmented = {text.base_language(lang) for lang in (src, tgt)} & set(text.SEGMENTED)
+    return (0, 9.0) if segmented else (1, 1.5)
+
+
 def parse(argv=None):
     p = parser()
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -178,11 +218,9 @@ def parse(argv=None):
         except ValueError as e:
             p.error(str(e))
         args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
-        segmented = {text.base_language(lang) for lang in (args.src, args.tgt)} & set(text.SEGMENTED)
-        if args.joint_bpe is None:
-            args.joint_bpe = 0 if segmented else 1
-        if args.clean_ratio is None:
-            args.clean_ratio = 9.0 if segmented else 1.5
+        joint, ratio = own_corpus_defaults(args.src, args.tgt)
+        args.joint_bpe = joint if args.joint_bpe is None else args.joint_bpe
+        args.clean_ratio = ratio if args.clean_ratio is None else args.clean_ratio
         if args.clean_ratio < 1 or args.clean_max_len < 1:
             p.error(f"--clean-ratio must be at least 1 and --clean-max-len positive, got {args.clean_ratio:g} "
                     f"and {args.clean_max_len}")
@@ -192,7 +230,8 @@ def parse(argv=None):
     if args.list:
         given = [flag for flag, value in (("--raw-dir", args.raw_dir), ("--out", args.out), ("--merges", args.merges),
                                           ("--workers", args.workers), ("--no-download", args.no_download),
-                                          ("--force", args.force)) if value not in (None, False)]
+                                          ("--force", args.force), ("--dry-run", args.dry_run))
+                 if value not in (None, False)]
         if given:
             p.error(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be ignored; "
                     "give --list alone")
@@ -230,11 +269,13 @@ def main(argv=None) -> None:
         except ImportError:
             die(f"python module '{module}' (for {lang}) not found: pip install -e '.[recipes]' from the repository")
 
-    tokenizers = {lang: text.tokenizer_name(lang) for lang in (src, tgt)}
+    pretokenized = bool(getattr(args, "pretokenized", False))
+    tokenizers = {lang: text.tokenizer_name(lang, pretokenized) for lang in (src, tgt)}
+    tests = [s for s in splits if s.startswith("test")]
     settings = {"task": name, "src": src, "tgt": tgt, "merges": merges, "joint_bpe": args.joint_bpe,
                 "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}",
-                "tests": ",".join(s for s in splits if s.startswith("test")),
-                "tokenizer_src": tokenizers[src], "tokenizer_tgt": tokenizers[tgt]}
+                "tests": ",".join(tests), "tokenizer_src": tokenizers[src], "tokenizer_tgt": tokenizers[tgt],
+                "pretokenized": pretokenized, "test_names": {split: corpora.test_name(spec, split) for split in tests}}
     owned = {sub: out / sub for sub in OWNED_FOLDERS}
     # the raw corpora are inputs: none of them may lie where this command writes (a rerun would
     # remove them before reading them)
@@ -246,21 +287,24 @@ def main(argv=None) -> None:
     if args.task == FILES:  # the user's files, each named: say which one is missing, in one line
         for corpus in (c for cs in spec.splits.values() for c in cs):
             for lang, path in corpus.layouts[0].items():
-                if not Path(path).is_file():
+                if not corpora.present(path):
                     die(f"{corpus.name}: no file {path} (its {lang} side: PREFIX.{src} and PREFIX.{tgt}, "
-                        "line-aligned UTF-8)")
+                        f"line-aligned UTF-8, or PREFIX.{src}.gz and PREFIX.{tgt}.gz)")
+    dry = args.dry_run
     try:
-        lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()  # noqa: F841  (held to the end)
+        if not dry:
+            lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()  # noqa: F841  (held to the end)
     except Refusal as e:
         die(str(e))
 
-    # 1 gather: find (or download) every corpus first, then check the files found
+    # 1 gather: find (or download) every corpus first, then check the files found (a dry run of a
+    # preset takes the files as they lie: finding may extract or download)
     try:
         located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
-                   for split in splits}
+                   if args.task == FILES or not dry else found_as_they_are(spec, split, raw) for split in splits}
     except corpora.Missing as e:
         die(str(e))
-    inputs = {f"the {split} corpus": f for split in splits for _, files in located[split] for f in files.values()}
+    inputs = {f"the {split} corpus": f for split in splits for _, files in located[split] or () for f in files.values()}
     try:
         refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
     except Refusal as e:
@@ -278,7 +322,7 @@ def main(argv=None) -> None:
     if foreign:
         die(f"{out} holds files that prepare did not write, where it writes ({listing(foreign)}); move them out of "
             "the way or give another --out (nothing was changed)")
-    if args.force and out.exists():
+    if args.force and out.exists() and not dry:
         log(f"--force: removing what prepare wrote in {out} (raw, tok, bpe, data-bin, .steps; never the downloads)")
         for path in mine:
             if path.is_file():
@@ -286,19 +330,42 @@ def main(argv=None) -> None:
         for sub in OWNED_FOLDERS + ("data-bin.tmp",):  # the folders, now empty of its files
             shutil.rmtree(out / sub, ignore_errors=True)
     try:
-        task = PreparedTask.create(out, settings, force=args.force)
+        task = PreparedTask.create(out, settings, force=args.force, write=not dry)
     except NotATask as e:
         die(str(e))
     tools = text.versions()
-    write_atomically(out / "tools.txt", "".join(f"{k}\t{v}\n" for k, v in tools.items()))
+    if not dry:
+        write_atomically(out / "tools.txt", "".join(f"{k}\t{v}\n" for k, v in tools.items()))
     stamps, workers, started = task.stamps, args.workers or os.cpu_count() or 4, time.time()
+    changing = set()  # a dry run: the outputs of the steps it would run, which redo the steps that read them
+
+    def would(step_, what, short):
+        """A dry run's line for a step: what it would do and why, as the run's line says it."""
+        after = changing & {str(p) for p in step_.inputs}
+        reason = "--force" if args.force else "made from a step above" if after else step_.stale()
+        if reason is None:
+            log(f"{short or what}: up to date; would be skipped")
+            return False
+        changing.update(str(p) for p in step_.outputs)
+        log(f"would run: {what} ({reason})")
+        return True
 
     def step(label, short, step_name, inputs, outputs, action, **settings_):
-        return make(Step(stamps, step_name, inputs, outputs, settings_), action, prefix=prefix, what=label, short=short)
+        step_ = Step(stamps, step_name, inputs, outputs, settings_)
+        if dry:
+            return would(step_, label, short)
+        return make(step_, action, prefix=prefix, what=label, short=short)
+
+    def run_step(step_, command, what, short, **how):
+        return would(step_, what, short) if dry else run(step_, command, prefix=prefix, what=what, short=short, **how)
 
     try:
         gathered = False
         for split in splits:
+            if located[split] is None:  # a dry run, and a corpus not there as files
+                changing.update(str(task.raw(split, lang)) for lang in (src, tgt))
+                log(f"would run: 1/6 gather {split} from {raw} (a corpus to extract or download first)")
+                continue
             split_inputs = [f for _, files in located[split] for f in files.values()]
             gathered |= bool(step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}",
                                   split_inputs, [task.raw(split, src), task.raw(split, tgt)],
@@ -308,11 +375,11 @@ def main(argv=None) -> None:
     except corpora.Missing as e:
         die(str(e))
     # what looks like a mistake in the corpora: said once they are gathered, and kept in task.json
-    warnings = suspicious(task, splits, src, tgt, located) if gathered or "warnings" not in task.settings \
-        else task.settings["warnings"]
+    warnings = [] if dry else suspicious(task, splits, src, tgt, located) + tokenised_already(task, (src, tgt), pretokenized) \
+        if gathered or "warnings" not in task.settings else task.settings["warnings"]
     for warning in warnings:
         log(f"warning: {warning}")
-    if task.settings.get("warnings") != warnings:
+    if task.settings.get("warnings") != warnings and not dry:
         task = PreparedTask(out, TASK.write(out, {**task.settings, "warnings": warnings}))
 
     # 2 tokenise (the tools' versions are a setting: another tokeniser version redoes it)
@@ -320,8 +387,9 @@ def main(argv=None) -> None:
         for lang in (src, tgt):
             module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
             step(f"2/6 tokenise {split}.{lang}", f"2/6 tokenise {split}.{lang}", f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
-                 lambda temps, lang=lang, split=split: text.tokenize_file(lang, task.raw(split, lang), temps[0], workers),
-                 lang=lang, tokenizer=f"{module} {tools.get(module, tools.get('sacremoses'))}",
+                 lambda temps, lang=lang, split=split: text.tokenize_file(lang, task.raw(split, lang), temps[0], workers,
+                                                                          pretokenized),
+                 lang=lang, tokenizer=text.AS_GIVEN if pretokenized else f"{module} {tools.get(module, tools.get('sacremoses'))}",
                  **({"rule": tokenizers[lang]} if "no rules" in tokenizers[lang] else {}))
 
     # 3 clean the training pairs
@@ -338,10 +406,12 @@ def main(argv=None) -> None:
     learn = [((src, tgt), task.codes(src))] if task.joint else [((lang,), task.codes(lang)) for lang in (src, tgt)]
     for langs, codes in learn:
         inputs = [task.root / "tok" / f"train.clean.{lang}" for lang in langs]
-        run(Step(stamps, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], {"merges": merges, "subword-nmt": bpe_version}),
-            ["subword-nmt", "learn-bpe", "-s", str(merges)], stdout=True, stdin=inputs, prefix=prefix,
-            what=f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} "
-                 "(subword-nmt; long on the full corpus)", short=f"4/6 BPE: {codes}")
+        run_step(Step(stamps, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], {"merges": merges, "subword-nmt": bpe_version}),
+                 ["subword-nmt", "learn-bpe", "-s", str(merges)], stdout=True, stdin=inputs,
+                 what=f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} "
+                      "(subword-nmt; long on the full corpus)", short=f"4/6 BPE: {codes}")
+        if dry:
+            continue
         learnt = sum(1 for row in text.iter_lines(codes) if row and not row.startswith("#version"))
         if learnt < merges:  # subword-nmt stops where no pair of symbols occurs twice
             log(f"4/6 {codes.name}: {learnt} merges learnt, of {merges} asked: after the {learnt}th no pair of "
@@ -352,10 +422,10 @@ def main(argv=None) -> None:
         for lang in (src, tgt):
             source = clean[(src, tgt).index(lang)] if split == "train" else task.tok(split, lang)
             target = task.root / "bpe" / f"{split}.{lang}"
-            run(Step(stamps, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target], {"subword-nmt": bpe_version}),
-                ["subword-nmt", "apply-bpe", "-c", str(task.codes(lang)), "--num-workers", str(workers),
-                 "--input", str(source), "--output", "{out}"], prefix=prefix, what=f"5/6 apply BPE to {split}.{lang}",
-                short=f"5/6 apply BPE: {target}")
+            run_step(Step(stamps, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target], {"subword-nmt": bpe_version}),
+                     ["subword-nmt", "apply-bpe", "-c", str(task.codes(lang)), "--num-workers", str(workers),
+                      "--input", str(source), "--output", "{out}"], what=f"5/6 apply BPE to {split}.{lang}",
+                     short=f"5/6 apply BPE: {target}")
 
     # 6 binarise
     bpe_files = [task.root / "bpe" / f"{split}.{lang}" for split in splits for lang in (src, tgt)]
@@ -371,6 +441,9 @@ def main(argv=None) -> None:
     step("6/6 binarise with fairseq-preprocess", "6/6 binarise", "binarise", bpe_files, [task.data_bin], binarise,
          joined=bool(joined), src=src, tgt=tgt)
 
+    if dry:
+        log(f"--dry-run: the steps above were listed; nothing was written in {out}")
+        return
     count = sum(1 for _ in open(clean[0], "rb"))
     log(f"done in {time.time() - started:.0f}s: {count} training pairs")
     log(f"binarised data: {task.data_bin}; train with scripts/train.sh --data {out} --arch ARCH --save-dir DIR")

@@ -40,8 +40,9 @@ TRAINING_PROGRESS = re.compile(rb"^\+ |\| (train_inner|valid) \||done training|^
 # (an option given wins), its metavar (None: a switch, whose variable is 0 or 1), its default
 # (None: worked out from the corpus) and its help.
 SETTINGS = (
-    ("--corpus", "CORPUS", "DIR", "", "a folder of line-aligned UTF-8 files in both languages: train.SRC/.TGT, val "
-     "or valid, and one or more test* (the first in name order is the test set; Multi30k's own names work as they "
+    ("--corpus", "CORPUS", "DIR", "", "a folder of line-aligned UTF-8 files in both languages, each may be gzipped "
+     "(NAME.gz): train.SRC/.TGT, val, valid or dev, and one or more test* (the first in name order is the test set; "
+     "Multi30k's own names work as they "
      "are: en-de with val and test_2016_flickr alone is prepared as examples/multi30k/prepare.sh, any other as your "
      "own files, prepare files). Default: the toy corpus, written to WORK/raw"),
     ("--src", "SRC", "LANG", "en", "the source language, as the files' suffix (default en)"),
@@ -54,11 +55,17 @@ SETTINGS = (
     ("--model", "MODEL", "DIR", None, "the exported model folder (default WORK/model, WORK/model_ARCH for another "
      "ARCH)"),
     ("--device", "DEVICE", "DEVICE", "auto", "auto (default: the GPU when torch sees one, else the CPU), cpu or cuda"),
-    ("--max-update", "MAX_UPDATE", "N", None, "training updates (default 400 for the toy corpus, 600 for a CORPUS)"),
+    ("--max-update", "MAX_UPDATE", "N", None, "training updates (default 400 for the toy corpus, 600 for a CORPUS; "
+     "on 2 CPU cores Multi30k takes about 25 minutes for 600 updates, which score about 31 BLEU, while 150 score "
+     "under 1: docs/recipes.md, What a budget buys)"),
     ("--dim", "DIM", "N", None, "model width (default 128 toy, 256 for a CORPUS); FFN width is 2*DIM"),
     ("--max-tokens", "MAX_TOKENS", "N", "4096", "tokens per batch (default 4096)"),
     ("--bpe-merges", "BPE_MERGES", "N", None, "joint BPE merge operations (default 2000 toy, 8000 for a CORPUS, as "
      "for Multi30k)"),
+    ("--clean-ratio", "CLEAN_RATIO", "R", None, "drop training pairs whose token-length ratio exceeds R (default 1.5, "
+     "9 where one side is zh or ja, as prepare files; docs/recipes.md, Cleaning)"),
+    ("--pretokenized", "PRETOKENIZED", None, "0", "the CORPUS is tokenised (or segmented) already: keep its own tokens "
+     "and score against its references as given (prepare files --pretokenized)"),
     ("--model-flags", "MODEL_FLAGS", "FLAGS", "", "extra fairseq-train flags, appended last so they win"),
     ("--toy-args", "TOY_ARGS", "ARGS", "", 'options for the toy corpus writer (default: its own, "--train 20000 '
      '--valid 500 --test 500")'),
@@ -158,37 +165,56 @@ def check(s: Settings) -> dict:
                       f"{s.shown('corpus', 'DIR')} for another pair")
     if v["device"] not in ("auto", "cpu", "cuda"):
         raise Refused(f"{s.name('device')} must be auto, cpu or cuda, got '{v['device']}'")
-    for dest in ("force", "dry_run"):
+    for dest in ("force", "dry_run", "pretokenized"):
         if v[dest] not in ("0", "1"):
             raise Refused(f"{s.name(dest)} must be 0 or 1, got '{v[dest]}'")
     for dest in ("max_update", "dim", "max_tokens", "bpe_merges"):
         if not re.fullmatch(r"[1-9][0-9]*", v[dest]):
             raise Refused(f"{s.name(dest)} must be a positive whole number, got '{v[dest]}'")
     valid, tests = "val", []
+    from .prepare import own_corpus_defaults
+
+    joint, ratio = own_corpus_defaults(src, tgt)
+    if v["clean_ratio"] is not None:
+        try:
+            ratio = float(v["clean_ratio"])
+        except ValueError:
+            ratio = 0
+        if not ratio >= 1:
+            raise Refused(f"{s.name('clean_ratio')} must be a number of at least 1, got '{v['clean_ratio']}'")
+    if toy and v["pretokenized"] == "1":
+        raise Refused(f"{s.shown('pretokenized')} is for a CORPUS tokenised already; the toy corpus is raw text")
     if not toy:
         if v["toy_args"]:
             raise Refused(f"{s.name('toy_args')} sets the toy corpus, and {s.shown('corpus')} replaces it; leave out "
                           "one of them")
         if not os.path.isdir(corpus):
             raise Refused(f"{s.shown('corpus')} is not a folder")
-        if os.path.exists(f"{corpus}/val.{src}") and os.path.exists(f"{corpus}/valid.{src}"):
-            raise Refused(f"{s.shown('corpus')} holds both val.{src} and valid.{src}: move one of them out of the way")
-        if os.path.exists(f"{corpus}/valid.{src}"):
-            valid = "valid"
+        def file(split, lang):  # the file of a split's side, plain or gzipped; None where neither is
+            return next((f for f in (f"{corpus}/{split}.{lang}", f"{corpus}/{split}.{lang}.gz") if os.path.isfile(f)),
+                        None)
+
+        held = [name for name in ("val", "valid", "dev") if file(name, src)]
+        if len(held) > 1:
+            raise Refused(f"{s.shown('corpus')} holds {' and '.join(f'{n}.{src}' for n in held)}: one validation set, "
+                          "so move the others out of the way")
+        valid = held[0] if held else "val"
         # in byte order of their names; a test set without its TGT side is left out
-        for file in sorted(fnmatch.filter(os.listdir(corpus), f"test*.{src}"), key=os.fsencode):
-            stem = file[:-len(f".{src}")]
-            if os.path.exists(f"{corpus}/{stem}.{tgt}"):
+        stems = {re.sub(rf"\.{re.escape(src)}(\.gz)?$", "", name) for name in os.listdir(corpus)
+                 if fnmatch.fnmatch(name, f"test*.{src}") or fnmatch.fnmatch(name, f"test*.{src}.gz")}
+        for stem in sorted(stems, key=os.fsencode):
+            if file(stem, tgt):
                 tests.append(stem)
             else:
-                say(f"  {os.path.join(corpus, file)} has no {stem}.{tgt}: not a test set here")
+                say(f"  {file(stem, src)} has no {stem}.{tgt}: not a test set here")
 
         def need(split):
             for lang in (src, tgt):
-                if not (os.path.exists(f"{corpus}/{split}.{lang}") and os.path.getsize(f"{corpus}/{split}.{lang}")):
-                    raise Refused(f"missing {corpus}/{split}.{lang}: {s.name('corpus')} holds train, val (or valid) "
-                                  f"and test* files, each in {src} and {tgt} ({s.name('src')} and {s.name('tgt')} "
-                                  "set the languages)")
+                if not (file(split, lang) and os.path.getsize(file(split, lang))):
+                    gz = " (or .gz)" if split == "train" else ""
+                    raise Refused(f"missing {corpus}/{split}.{lang}{gz}: {s.name('corpus')} holds train, val (or "
+                                  f"valid, or dev) and test* files, each in {src} and {tgt} ({s.name('src')} and "
+                                  f"{s.name('tgt')} set the languages)")
         need("train")
         need(valid)
         if not tests:
@@ -215,7 +241,9 @@ def check(s: Settings) -> dict:
     except ImportError as e:  # the environment lacks torch or fairseq
         raise Refused(f"{type(e).__name__}: {e}") from None
     return dict(s=s, corpus=corpus, src=src, tgt=tgt, arch=arch, work=work, model=model, device=device,
-                valid=valid, tests=tests, layers=[] if kind in ("none", "standard") else ["--csan-layers", "2"],
+                valid=valid, tests=tests, joint=joint, clean_ratio=ratio, pretokenized=v["pretokenized"] == "1",
+                plain=not toy and all(os.path.isfile(f"{corpus}/{n}.{lang}") for n in ("train", valid, *tests)
+                                      for lang in (src, tgt)), layers=[] if kind in ("none", "standard") else ["--csan-layers", "2"],
                 max_update=int(v["max_update"]), dim=int(v["dim"]), max_tokens=v["max_tokens"],
                 bpe_merges=v["bpe_merges"], model_flags=v["model_flags"].split(), toy_args=v["toy_args"].split(),
                 force=["--force"] if v["force"] == "1" else [], dry_run=v["dry_run"] == "1")
@@ -276,14 +304,22 @@ def run(plan: dict) -> int:
         else:  # German-English: the toy corpus as your own files
             prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", "de", "--tgt", "en",
                        "--train", f"{raw}/train", "--valid", f"{raw}/val", "--test", f"{raw}/test"]
-    elif (f"{src}-{tgt}", plan["valid"], plan["tests"]) == ("en-de", "val", ["test_2016_flickr"]):
+    elif (f"{src}-{tgt}", plan["valid"], plan["tests"], plan["pretokenized"], plan["plain"]) == \
+            ("en-de", "val", ["test_2016_flickr"], False, True):
         prepare = ["bash", f"{ROOT}/examples/multi30k/prepare.sh", "--raw-dir", corpus, "--no-download"]  # Multi30k
     else:
         prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", src, "--tgt", tgt,
                    "--train", f"{corpus}/train", "--valid", f"{corpus}/{plan['valid']}",
-                   *[word for test in plan["tests"] for word in ("--test", f"{corpus}/{test}")]]
+                   *[word for test in plan["tests"] for word in ("--test", f"{corpus}/{test}")],
+                   *(["--pretokenized"] if plan["pretokenized"] else [])]
+    if s.value["clean_ratio"] is not None:  # given: to the preset (its own setting) or to prepare files
+        prepare += ["--clean-ratio", f"{plan['clean_ratio']:g}"]
 
-    say(f"2/5 prepare: tokenise, clean, joint BPE (up to {plan['bpe_merges']} merges), fairseq-preprocess")
+    # (as prepare's own rule has it: own_corpus_defaults; its --dry-run lists each of its steps)
+    bpe = f"joint BPE for {src} and {tgt}" if plan["joint"] else f"BPE for {src} and for {tgt} apart"
+    tokenise = "keep the corpus's own tokens" if plan["pretokenized"] else "tokenise"
+    say(f"2/5 prepare: {tokenise}, clean (length ratio <= {plan['clean_ratio']:g}), {bpe} (up to "
+        f"{plan['bpe_merges']} merges), fairseq-preprocess")
     step([*prepare, "--out", data, "--merges", plan["bpe_merges"], *force], "the preparation")
 
     updates, dim = plan["max_update"], plan["dim"]
@@ -328,7 +364,7 @@ def run(plan: dict) -> int:
         print(f"  HYP: {line(f'{results}/hyp.detok', i)}")
     scores = Path(f"{results}/results.md")
     for text in (scores.read_text(encoding="utf-8", errors="replace").split("\n") if scores.is_file() else []):
-        if re.match(r"- (tokenised BLEU|sacreBLEU|chrF)", text):
+        if re.match(r"# |- (tokenised BLEU|sacreBLEU|chrF)|  signature: ", text):  # the set scored, with its name
             print(text)
     sentence = re.sub(r"[\"'\\`$]", "", line(f"{data}/raw/test.{src}", 1))  # no quotes to escape below
     one_line = ("python -c 'import fairseq_csan; from fairseq.models.transformer import TransformerModel as T; "

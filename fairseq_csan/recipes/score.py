@@ -17,7 +17,9 @@ and prints them. The figures:
                  "a-b" -> "a ##AT##-##AT## b" on both sides, the customary WMT14 En-De number
   sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature; its
                  tokeniser is the one sacreBLEU's documentation prescribes for the target
-                 language (SACREBLEU_TOKENIZE: zh, ja-mecab; 13a for every other)
+                 language (SACREBLEU_TOKENIZE: zh, ja-mecab; 13a for every other); with
+                 --pretokenized (a task of text tokenised by its makers) hyp.detok is hyp.tok
+                 and the tokeniser is none: tokens against the references' own tokens
   chrf           sacreBLEU's chrF (chrF2: character 6-grams, beta 2) of hyp.detok against the
                  raw reference, with its signature
   decode_sent_per_s  from fairseq-generate's own timing line (in LOG, its standard error)
@@ -161,11 +163,12 @@ def score(args):
         raise SystemExit(f"score: {len(hyps)} hypotheses, but {len(refs_tok)} lines in {args.ref_tok} "
                          f"and {len(refs_raw)} in {args.ref_raw}")
     write_lines(out / "hyp.tok", hyps)
-    detokenize = make_detokenizer(args.lang)
+    detokenize = make_detokenizer(args.lang, args.pretokenized)
     detoks = [detokenize(h) for h in hyps]
     write_lines(out / "hyp.detok", detoks)
 
-    sacre = BLEU(tokenize=sacrebleu_tokenize(args.lang))
+    # text tokenised by its makers: the hypotheses' tokens against the references' own, as given
+    sacre = BLEU(tokenize="none" if args.pretokenized else sacrebleu_tokenize(args.lang))
     sacre_score = sacre.corpus_score(detoks, [refs_raw])
     chrf = CHRF()
     chrf_score = chrf.corpus_score(detoks, [refs_raw])
@@ -174,6 +177,8 @@ def score(args):
         "arch": args.arch,
         "task": args.task,
         "subset": args.subset,
+        "test_set": args.test_name or args.subset,
+        "pretokenized": args.pretokenized,
         "lang": args.lang,
         "sentences": len(hyps),
         "bleu_tok": tokenised_bleu(hyps, refs_tok),
@@ -216,15 +221,25 @@ def score(args):
     print(summary(results))
 
 
+def test_set(r) -> str:
+    """The set an evaluation scored, as reports name it: its file's name (test_2016_flickr), with
+    the split where they differ and it is not the first test set (test_2018_flickr, test1)."""
+    name, subset = r.get("test_set") or r.get("subset") or "", r.get("subset") or ""
+    return name if subset in ("", "test", name) else f"{name}, {subset}"
+
+
 def summary(r):
-    subset = f" {r['subset']}" if r.get("subset") and r["subset"] != "test" else ""
-    lines = [f"# {r['name']} ({r['arch'] or 'arch unknown'}, {r['task'] or 'task unknown'}{subset}), {r['sentences']} sentences",
+    shown = f" {test_set(r)}" if test_set(r) not in ("", "test") else ""
+    how = "as given (pretokenized), tokenize none" if r.get("pretokenized") else "detokenised"
+    lines = [f"# {r['name']} ({r['arch'] or 'arch unknown'}, {r['task'] or 'task unknown'}{shown}), {r['sentences']} sentences",
              f"- tokenised BLEU (case-sensitive, 4-gram): {r['bleu_tok']:.2f} {r['mark']}".rstrip()]
     if r["bleu_compound"] is not None:
         lines.append(f"- compound-split BLEU: {r['bleu_compound']:.2f}")
-    lines.append(f"- sacreBLEU (detokenised): {r['sacrebleu_text']}")
+    lines.append(f"- sacreBLEU ({how}): {r['sacrebleu_text']}")
+    lines.append(f"  signature: {r['sacrebleu_signature']}")
     if r.get("chrf") is not None:
-        lines.append(f"- chrF (detokenised): {r['chrf_text']}")
+        lines.append(f"- chrF ({how}): {r['chrf_text']}")
+        lines.append(f"  signature: {r['chrf_signature']}")
     if r["decode"]:
         lines.append(f"- decoding: {r['decode']['sent_per_s']:.2f} sentences/s "
                      f"({r['decode']['sentences']} sentences in {r['decode']['seconds']:.1f}s)")
@@ -260,6 +275,9 @@ def main(argv=None):
     sc.add_argument("--arch")
     sc.add_argument("--task")
     sc.add_argument("--subset", help="the split scored (test, valid, test1, ...), recorded in results.json")
+    sc.add_argument("--test-name", help="the set's own name (its file's: test_2016_flickr), shown in the reports")
+    sc.add_argument("--pretokenized", action="store_true",
+                    help="the task keeps its text's own tokens: hyp.detok is hyp.tok, sacreBLEU tokenize none")
     sp = sub.add_parser("speed")
     sp.add_argument("train_log", type=Path)
     args = parser.parse_args(argv)

@@ -2,10 +2,12 @@
 
 ``examples/<task>/prepare.sh`` makes a folder that every later command reads::
 
-    task.json      what was prepared (records.TASK): task, src, tgt, merges, joint_bpe,
-                   clean_max_len, clean_ratio, tests (the test sets: test, test1, ...), and
+    task.json      what was prepared (runner.TASK): task, src, tgt, merges, joint_bpe,
+                   clean_max_len, clean_ratio, tests (the test sets: test, test1, ...),
                    tokenizer_src, tokenizer_tgt (the rule each language was tokenised by,
-                   text.tokenizer_name); one prepared before the last three were kept
+                   text.tokenizer_name), pretokenized (the text's own tokens kept), and what
+                   it found: test_names (each test set's file name) and warnings; one
+                   prepared before tests and the tokenisers were kept
                    reads as "test" and the rules its languages have always had (a folder
                    of an earlier version, with recipe.env instead, is refused: prepare again)
     tools.txt      the versions of the tokenisers and subword-nmt that made it
@@ -40,9 +42,13 @@ def complete(settings: dict) -> dict:
         from .text import tokenizer_name
 
         settings.setdefault("tests", ["test"])
+        settings.setdefault("pretokenized", False)
         for side in ("src", "tgt"):
             settings.setdefault(f"tokenizer_{side}", tokenizer_name(settings[side]))
     return settings
+
+
+FINDINGS = ("warnings", "test_names")  # what a preparation found or named, not a setting that makes another task
 
 
 class NotATask(Exception):
@@ -81,6 +87,10 @@ class PreparedTask:
         """The test splits: test, and test1, test2, ... for further test sets."""
         return list(self.settings.get("tests", ["test"]))
 
+    def test_name(self, split: str) -> str:
+        """A split's own name in reports: a test set's file name (test_2016_flickr), else the split."""
+        return (self.settings.get("test_names") or {}).get(split, split)
+
     @property
     def splits(self):
         return ["train", "valid", *self.test_sets]
@@ -105,8 +115,9 @@ class PreparedTask:
 
     # -- writing -------------------------------------------------------------------------
     @classmethod
-    def create(cls, root, settings: dict, force: bool = False) -> "PreparedTask":
-        """Write the task record; a folder prepared with other settings is refused unless ``force``."""
+    def create(cls, root, settings: dict, force: bool = False, write: bool = True) -> "PreparedTask":
+        """Write the task record; a folder prepared with other settings is refused unless ``force``.
+        Not ``write`` (a dry run): the task as it would be, nothing written."""
         root = Path(root)
         settings = TASK.typed(settings)
         try:
@@ -115,12 +126,14 @@ class PreparedTask:
             if not force:
                 raise
             before = {}
-        held = {k: v for k, v in complete(before).items() if k != "warnings"}  # a finding, not a setting
-        if TASK.exists(root) and not force and held != settings:
+        held, asked = ({k: v for k, v in d.items() if k not in FINDINGS} for d in (complete(before), settings))
+        if TASK.exists(root) and not force and held != asked:
             raise NotATask(f"{root} was prepared with other settings (see {TASK.path(root)}); use --force to redo it "
                            "or another --out")
-        root.mkdir(parents=True, exist_ok=True)
         kept = {"warnings": before["warnings"]} if not force and "warnings" in before else {}
+        if not write:
+            return cls(root, {**settings, **kept})
+        root.mkdir(parents=True, exist_ok=True)
         return cls(root, TASK.write(root, {**settings, **kept}))
 
 

@@ -38,7 +38,8 @@ class TextError(ValueError):
 
 
 def iter_lines(path):
-    """The lines of a UTF-8 text file (``"-"``: standard input), without their ends.
+    """The lines of a UTF-8 text file (``"-"``: standard input; a name ending in ``.gz``: the
+    file gzip-decompressed as it is read), without their ends.
 
     Lines end at ``"\\n"`` only: a ``"\\r"``, form feed, NEL or U+2028 inside a line stays
     inside it (``str.splitlines()`` would break there and shift every line after it). A
@@ -46,7 +47,14 @@ def iter_lines(path):
     the start is removed. An undecodable byte raises :class:`TextError` naming file and line.
     """
     name = "<stdin>" if str(path) == "-" else str(path)
-    handle = sys.stdin.buffer if str(path) == "-" else open(path, "rb")
+    if str(path) == "-":
+        handle = sys.stdin.buffer
+    elif str(path).endswith(".gz"):
+        import gzip
+
+        handle = gzip.open(path, "rb")
+    else:
+        handle = open(path, "rb")
     try:
         for number, raw in enumerate(handle, 1):
             try:
@@ -82,8 +90,13 @@ def moses_has_rules(lang: str) -> bool:
     return base_language(lang) in NonbreakingPrefixes().available_langs.values()
 
 
-def tokenizer_name(lang: str) -> str:
+AS_GIVEN = "as given (pretokenized)"  # the rule of prepare files --pretokenized: the text's own tokens
+
+
+def tokenizer_name(lang: str, pretokenized: bool = False) -> str:
     """The tokenisation rule used for ``lang``, as a prepared task records it."""
+    if pretokenized:
+        return AS_GIVEN
     lang = base_language(lang)
     if lang == "zh":
         return "jieba"
@@ -92,8 +105,11 @@ def tokenizer_name(lang: str) -> str:
     return f"moses {lang}" if moses_has_rules(lang) else f"moses (no rules for {lang}: English's, as tokenizer.perl)"
 
 
-def make_tokenizer(lang: str):
-    """A function from a raw line to its tokens joined by single spaces."""
+def make_tokenizer(lang: str, pretokenized: bool = False):
+    """A function from a raw line to its tokens joined by single spaces; for text tokenised
+    already (``pretokenized``), its own tokens."""
+    if pretokenized:
+        return lambda line: line
     lang = base_language(lang)
     if lang == "zh":
         import jieba
@@ -119,11 +135,11 @@ def make_tokenizer(lang: str):
     return lambda line: tokenizer.tokenize(normalizer.normalize(line), return_str=True, escape=False)
 
 
-def line_tokenizer(lang: str):
+def line_tokenizer(lang: str, pretokenized: bool = False):
     """A function from one line of raw text to the recipe's tokens for it: blanks collapsed as
-    preparation collapses them in raw/ (corpora.clean_line), the language's tokeniser, single
-    spaces between tokens; a blank line stays empty."""
-    tokenize = make_tokenizer(lang)
+    preparation collapses them in raw/ (corpora.clean_line), the language's tokeniser (none for
+    ``pretokenized`` text), single spaces between tokens; a blank line stays empty."""
+    tokenize = make_tokenizer(lang, pretokenized)
 
     def tokenize_line(line: str) -> str:
         line = " ".join(line.split())
@@ -132,9 +148,12 @@ def line_tokenizer(lang: str):
     return tokenize_line
 
 
-def make_detokenizer(lang: str):
+def make_detokenizer(lang: str, pretokenized: bool = False):
     """A function from tokens joined by spaces to text, as the recipes detokenise hypotheses
-    (the Moses detokeniser; score.py writes hyp.detok with it)."""
+    (the Moses detokeniser; score.py writes hyp.detok with it). A model of ``pretokenized`` text
+    writes tokens as its references have them: single spaces, nothing else changed."""
+    if pretokenized:
+        return lambda line: " ".join(line.split())
     lang = base_language(lang)
     if lang in SEGMENTED:
         return join_segmented
@@ -154,9 +173,36 @@ def join_segmented(line: str) -> str:
     return kept.replace(" ", "").replace("\0", " ")
 
 
-def _init(lang):
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+_CJK_SPACED = re.compile(f"[{_CJK}](?= [{_CJK}])")  # (lookahead: every pair counts, overlapping ones too)
+_CJK_JOINED = re.compile(f"[{_CJK}](?=[{_CJK}])")
+_MARK_APART = re.compile(r"(?:^|\s)(?:[.,!?;:]|n't|'[a-z]{1,2})(?=\s|$)")  # "word ." "did n't" "it 's"
+_MARK_ATTACHED = re.compile(r"[^\W_](?:[.,!?;:]|n't|'[a-z]{1,2})(?=\s|$)")  # "word." "didn't" "it's"
+
+
+def looks_tokenized(lines, lang: str, at_least: int = 20):
+    """Why ``lines`` (a sample of a corpus) look tokenised already, or None: for zh and ja, a
+    quarter or more of the pairs of neighbouring CJK characters have a space between them (raw
+    text has next to none; segmented text about one pair in two, its words being short); for any
+    other language, most punctuation marks and clitics that end a word stand apart from it
+    ("swimming ." "didn 't"), as a tokeniser leaves them. Fewer than ``at_least`` cases: None."""
+    lines = list(lines)
+    if base_language(lang) in SEGMENTED:
+        apart = sum(len(_CJK_SPACED.findall(line)) for line in lines)
+        together = sum(len(_CJK_JOINED.findall(line)) for line in lines)
+        what, share = "pairs of neighbouring CJK characters are separated by a space (segmented text)", 0.25
+    else:
+        apart = sum(len(_MARK_APART.findall(line)) for line in lines)
+        together = sum(len(_MARK_ATTACHED.findall(line)) for line in lines)
+        what, share = "word-final punctuation marks and clitics stand apart from their word, as after a tokeniser", 0.6
+    if apart + together < at_least or apart < share * (apart + together):
+        return None
+    return f"{apart:,} of {apart + together:,} {what}"
+
+
+def _init(lang, pretokenized=False):
     global _TOKENIZE
-    _TOKENIZE = line_tokenizer(lang)
+    _TOKENIZE = line_tokenizer(lang, pretokenized)
 
 
 def _tokenize_chunk(lines):
@@ -185,8 +231,8 @@ def _write_atomically(path: Path, lines_iter):
     return count
 
 
-def tokenize_file(lang, source: Path, target: Path, workers=1):
-    label = f"[tokenize {lang}] {source.name}"
+def tokenize_file(lang, source: Path, target: Path, workers=1, pretokenized=False):
+    label = f"[tokenize {lang}{' (pretokenized: its own tokens)' if pretokenized else ''}] {source.name}"
 
     def progress(results):
         done = 0
@@ -198,10 +244,10 @@ def tokenize_file(lang, source: Path, target: Path, workers=1):
 
     with open(source, encoding="utf-8", newline="\n") as handle:
         if workers > 1:
-            with Pool(workers, initializer=_init, initargs=(lang,)) as pool:
+            with Pool(workers, initializer=_init, initargs=(lang, pretokenized)) as pool:
                 count = _write_atomically(target, progress(pool.imap(_tokenize_chunk, _chunks(handle))))
         else:
-            _init(lang)
+            _init(lang, pretokenized)
             count = _write_atomically(target, progress(map(_tokenize_chunk, _chunks(handle))))
     print(f"{label} -> {target}: {count:,} lines", file=sys.stderr)
 
@@ -227,14 +273,19 @@ def _aligned(a, b):
 MAX_TOKEN_CHARS = 100  # longer tokens (a URL, a run of symbols, a line without spaces) drop their pair
 
 
+DROP_WARNING = 0.05  # a cleaning that drops more than this share of the pairs says so, and how to keep them
+
+
 def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_token_chars=MAX_TOKEN_CHARS):
     """Drop pairs with an empty side, a side over ``max_len`` tokens, or a token-length ratio
     over ``ratio`` (either way), as Moses' clean-corpus-n.perl does; and pairs with a token of
     more than ``max_token_chars`` characters, which BPE would learn merges from as if it were
-    a frequent word (one 100,000-character line reshapes thousands of merges)."""
+    a frequent word (one 100,000-character line reshapes thousands of merges). Returns the pairs
+    kept and the pairs dropped for each reason; over DROP_WARNING of the corpus dropped, a warning
+    says how many, why, and the option that keeps them."""
     from .runner import atomic
 
-    kept = dropped = long_tokens = 0
+    kept, why = 0, {"empty": 0, "long": 0, "ratio": 0, "token": 0}
     try:
         with atomic(src_out, tgt_out) as parts, open(src_in, encoding="utf-8") as fs, \
                 open(tgt_in, encoding="utf-8") as ft, open(parts[0], "w", encoding="utf-8", newline="\n") as os_, \
@@ -242,23 +293,30 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
             for number, (s, t) in enumerate(_aligned(fs, ft), 1):
                 ws, wt = s.split(), t.split()
                 ls, lt = len(ws), len(wt)
-                if max(map(len, ws + wt), default=0) > max_token_chars:
-                    long_tokens += 1
-                    dropped += 1
-                elif 0 < ls <= max_len and 0 < lt <= max_len and max(ls, lt) <= ratio * min(ls, lt):
+                reason = ("token" if max(map(len, ws + wt), default=0) > max_token_chars else "empty" if not (ls and lt)
+                          else "long" if max(ls, lt) > max_len else "ratio" if max(ls, lt) > ratio * min(ls, lt) else "")
+                if reason:
+                    why[reason] += 1
+                else:
                     os_.write(s)
                     ot.write(t)
                     kept += 1
-                else:
-                    dropped += 1
     except UnicodeDecodeError as error:  # (atomic removed the temporaries: no output is touched)
         raise SystemExit(f"clean: {src_in} or {tgt_in} is not UTF-8 ({error})")
     except ValueError as error:  # _aligned: the files are not line-aligned
         raise SystemExit(f"clean: {src_in} and {tgt_in} differ in length ({error})")
-    print(f"[clean] kept {kept:,} pairs, dropped {dropped:,} (empty, over {max_len} tokens, "
-          f"length ratio over {ratio}, or a token over {max_token_chars} characters: {long_tokens:,})",
-          file=sys.stderr)
-    return kept, dropped
+    dropped, total = sum(why.values()), kept + sum(why.values())
+    print(f"[clean] kept {kept:,} pairs, dropped {dropped:,}: {why['empty']:,} with an empty side, {why['long']:,} "
+          f"over {max_len} tokens, {why['ratio']:,} of a length ratio over {ratio:g}, {why['token']:,} with a token "
+          f"over {max_token_chars} characters", file=sys.stderr)
+    if total and dropped > DROP_WARNING * total:
+        options = {"ratio": f"--clean-ratio R over {ratio:g} keeps more of them", "long":
+                   f"--clean-max-len N over {max_len} keeps more of them", "empty": "a pair with an empty side cannot "
+                   "be trained on", "token": "such tokens are URLs or text without spaces"}
+        reasons = ", ".join(f"{n:,} {options[k]}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]) if n)
+        print(f"[clean] warning: cleaning dropped {dropped:,} of {total:,} training pairs ({100 * dropped / total:.1f}%): "
+              f"{reasons} (docs/recipes.md, Cleaning)", file=sys.stderr)
+    return kept, why
 
 
 def versions():

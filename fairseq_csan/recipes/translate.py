@@ -49,14 +49,14 @@ from .runner import Refusal, WriterLock, check_replaceable, check_writable, writ
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
 
-def preprocess(lines, src: str, codes: Path):
+def preprocess(lines, src: str, codes: Path, pretokenized: bool = False):
     """The recipe's subword lines for raw ``lines`` (tokeniser, then BPE), as the hub model
     of a task folder makes them; an empty line stays empty."""
     from fairseq.data.encoders import build_bpe
 
     from .text import line_tokenizer
 
-    tokenize = line_tokenizer(src)
+    tokenize = line_tokenizer(src, pretokenized)
     bpe = build_bpe(argparse.Namespace(bpe="subword_nmt", bpe_codes=str(codes), bpe_separator="@@"))
     return [bpe.encode(t) if t else "" for t in map(tokenize, lines)]
 
