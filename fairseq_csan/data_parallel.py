@@ -38,8 +38,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_anywhere(call_main):
-    """Wrap fairseq's ``distributed.utils.call_main`` (see the module docstring)."""
+def launch_anywhere(call_main, gpus=torch.cuda.is_available):
+    """Wrap fairseq's ``distributed.utils.call_main`` (see the module docstring); ``gpus`` tells
+    whether this machine has GPUs (a parameter for the tests, which decide it)."""
     if getattr(call_main, "launches_anywhere", False):
         return call_main
 
@@ -47,7 +48,7 @@ def launch_anywhere(call_main):
         from fairseq.distributed import utils as distributed_utils
 
         dt = cfg.distributed_training
-        on_cpu = cfg.common.cpu or not torch.cuda.is_available()
+        on_cpu = cfg.common.cpu or not gpus()
         launched = torchrun_world_size()
         if launched is not None:
             if launched > 1 and dt.distributed_init_method is not None:

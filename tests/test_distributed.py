@@ -168,9 +168,11 @@ def fairseq_config(world_size=1, cpu=True, **distributed):
                            distributed_training=SimpleNamespace(**training))
 
 
-def recording_call_main():
+def recording_call_main(gpus=False):
+    """fairseq's call_main wrapped as fairseq_compat wraps it, on a machine with or without GPUs;
+    the configurations it would run, in ``seen``."""
     seen = []
-    return seen, data_parallel.launch_anywhere(lambda cfg, main, **kwargs: seen.append(cfg))
+    return seen, data_parallel.launch_anywhere(lambda cfg, main, **kwargs: seen.append(cfg), gpus=lambda: gpus)
 
 
 TORCHRUN_RANK_1_OF_2 = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "1"}
@@ -200,8 +202,7 @@ def test_torchrun_world_size_wins_over_fairseq_default_on_gpus(monkeypatch):
     """One GPU per machine, torchrun --nnodes 2: fairseq's default world size is 1."""
     for name, value in TORCHRUN_RANK_1_OF_2.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    seen, call_main = recording_call_main()
+    seen, call_main = recording_call_main(gpus=True)
     call_main(fairseq_config(world_size=1, cpu=False), main=None)
     dt = seen[0].distributed_training
     # fairseq's own torchrun set-up (infer_init_method) then runs, as it does for world size > 1
@@ -216,8 +217,7 @@ def test_an_srun_step_that_would_train_copies_is_refused(cpu, message, monkeypat
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
     for name in TORCHRUN_RANK_1_OF_2:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: not cpu)
-    seen, call_main = recording_call_main()
+    seen, call_main = recording_call_main(gpus=not cpu)
     with pytest.raises(SystemExit, match="srun started 4 tasks, but fairseq would train them as 4 separate runs") as stop:
         call_main(fairseq_config(world_size=4 if cpu else 1, cpu=cpu), main=None)
     assert message in str(stop.value) and seen == []
@@ -228,8 +228,7 @@ def test_torchrun_with_an_init_method_of_its_own_is_refused(monkeypatch):
     for name, value in TORCHRUN_RANK_1_OF_2.items():
         monkeypatch.setenv(name, value)
     for cpu in (True, False):
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: not cpu)
-        seen, call_main = recording_call_main()
+        seen, call_main = recording_call_main(gpus=not cpu)
         with pytest.raises(SystemExit, match="under torchrun, leave out --distributed-init-method"):
             call_main(fairseq_config(cpu=cpu, distributed_init_method="tcp://127.0.0.1:1"), main=None)
         assert seen == []
@@ -264,12 +263,12 @@ def test_fairseq_reads_the_slurm_step_that_train_sh_starts(monkeypatch, tmp_path
              "SLURM_NODEID": "2", "SLURM_PROCID": "5", "SLURM_LOCALID": "1"}
     for name, value in slurm.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)  # no GPU 1 here
     args = options.parse_args_and_arch(options.get_training_parser(), [
         "/dev/null", "--task", "translation", "-s", "en", "-t", "de", "--arch", "transformer",
         "--distributed-world-size", "8", "--distributed-port", "29500"])
     dt = convert_namespace_to_omegaconf(args).distributed_training
-    distributed_utils.infer_init_method(dt)
+    # fairseq's SLURM detection itself (infer_init_method then selects GPU 1 with torch.cuda.set_device)
+    assert distributed_utils._infer_slurm_init(dt, None)
     assert dt.distributed_init_method == "tcp://gpu-a:29500"
     assert (dt.distributed_world_size, dt.distributed_rank, dt.device_id, dt.distributed_no_spawn) == (8, 5, 1, True)
 

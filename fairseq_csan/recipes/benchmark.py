@@ -199,10 +199,15 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def timed(step, device):
-    """Seconds one call of ``step`` takes. On a GPU the device is synchronised before and after,
-    so that the time covers the kernels the call queued, not only their launch."""
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+def synchronizer(device):
+    """What waits for a device's queued work: on a GPU, torch.cuda.synchronize; on the CPU,
+    whose calls return when their work is done, nothing."""
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+
+def timed(step, sync):
+    """Seconds one call of ``step`` takes, ``sync`` (synchronizer) called before and after: on a
+    GPU the time then covers the kernels the call queued, not only their launch."""
     sync()
     start = time.perf_counter()
     step()
@@ -283,8 +288,8 @@ def _proc_status(field):
 
 def probe_memory(variant, impl, T, B, dtype=torch.float32):
     """Run in a fresh process: peak resident memory of one forward + backward of the attention
-    over the resident size before it (inputs and module already there), in bytes."""
-    torch.set_num_threads(1)
+    over the resident size before it (inputs and module already there), in bytes (the child
+    runs one thread: probe_command)."""
     module = attention_only(variant, impl, dtype=dtype)
     x = torch.randn(T, B, 512, dtype=dtype, requires_grad=True)
     before = _proc_status("VmRSS")
@@ -304,11 +309,15 @@ def cuda_peak_memory(module, x):
     return torch.cuda.max_memory_allocated() - before
 
 
+def probe_command(variant, impl, T, B, precision):
+    """The child process that measures one peak (probe_memory), in the precision of the run."""
+    return [sys.executable, "-m", MODULE, "--probe-memory", variant, impl, str(T), str(B), "--precision", precision]
+
+
 def peak_memory(variant, impl, T, B, precision):
     trim_malloc()  # the probe's memory adds to what this process holds
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_TUNING}
-    done = subprocess.run([sys.executable, "-m", MODULE, "--probe-memory", variant, impl, str(T), str(B),
-                           "--precision", precision],
+    done = subprocess.run(probe_command(variant, impl, T, B, precision),
                           env={**env, **PROBE_MALLOC}, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"memory probe {variant} {impl} T={T} failed:\n{done.stderr[-2000:]}")
@@ -329,7 +338,7 @@ def side_by_side(steps, rounds, warmup, device="cpu"):
         order = names[r % len(names):] + names[: r % len(names)]
         elapsed = dict.fromkeys(names, 0.0)
         for name in order + order[::-1]:
-            elapsed[name] += timed(steps[name], device) / 2
+            elapsed[name] += timed(steps[name], synchronizer(device)) / 2
         if r >= warmup:
             for name in names:
                 seconds[name].append(elapsed[name])
@@ -593,6 +602,7 @@ def main():
     args = parse_args()
     if args.probe_memory:  # a child of --mode long: one measurement, printed
         variant, impl, T, B = args.probe_memory
+        torch.set_num_threads(1)
         print(probe_memory(variant, impl, int(T), int(B), PRECISIONS[args.precision]))
         return
     check_device(args)
@@ -672,7 +682,7 @@ def sentences(args, dictionary, tuned):
             for arch in order:
                 step(models[arch], batch)
         for arch in order + order[::-1]:
-            elapsed[arch] += timed(lambda: step(models[arch], batch), device)
+            elapsed[arch] += timed(lambda: step(models[arch], batch), synchronizer(device))
         if r >= args.warmup:
             for arch in archs:
                 tokens[arch].append(2 * units)
