@@ -128,3 +128,11 @@ def test_list_names_every_corpus():
     listing = run(["python", "-m", "fairseq_csan.recipes.corpora", "wmt17_zh_en", "--list"]).stdout
     for name in ("News Commentary v12", "UN Parallel Corpus v1.0", "CWMT", "newsdev2017", "newstest2017"):
         assert name in listing
+
+
+def test_each_test_set_is_named_by_its_files():
+    names = {task: corpora.test_name(corpora.TASKS[task], "test") for task in corpora.TASKS}
+    assert names["wmt14_en_de"] == "newstest2014" and names["wmt17_zh_en"] == "newstest2017"
+    assert names["multi30k_en_de"] == "test_2016_flickr"
+    own = corpora.files_task("fr", "en", "a/train", "a/val", ["a/b c/test_2016_flickr", "x/test_2018_flickr"])
+    assert [corpora.test_name(own, split) for split in ("test", "test1")] == ["test_2016_flickr", "test_2018_flickr"]

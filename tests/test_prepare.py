@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, shared_corpus
-from recipe_helpers import (N_TEST, aspec_folder, check_prepared, head, lines, prepare_planner, prepare_task,
-                            refusal_of, run, walk_options)
+from recipe_helpers import (MERGES, N_TEST, aspec_folder, check_prepared, head, in_process, lines, prepare_planner,
+                            prepare_task, refusal_of, run, walk_options)
 
 pytestmark = pytest.mark.slow
 
@@ -161,6 +161,15 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende, tmp_path):
     shutil.copytree(ende["raw"], raw)
     prepare_task("wmt14_en_de", raw, out)
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in ("task.json", "tools.txt")}
+
+    def dry_run():  # prepare.sh --dry-run's main, in this process: the steps it names, each with its verdict
+        from fairseq_csan.recipes import prepare
+
+        done = in_process(prepare.main, ["wmt14_en_de", "--raw-dir", raw, "--out", out, "--merges", MERGES,
+                                         "--no-download", "--dry-run"])
+        return [line.split("] ", 1)[1] for line in done.stderr.splitlines() if re.search(r"\] .*\d/6 ", line)]
+
+    assert all(line.endswith("up to date; would be skipped") for line in dry_run())
     again = prepare_task("wmt14_en_de", raw, out)
     steps = [line for line in again.stderr.splitlines() if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line)]
     assert {line.split()[2] for line in steps} == {"1/6", "2/6", "3/6", "4/6", "5/6", "6/6"}
@@ -175,6 +184,12 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende, tmp_path):
     sgm.write_bytes(original.replace(b"<seg id=\"1\">", b"<seg id=\"1\">Neu ", 1))
     os.utime(sgm, ns=(st.st_atime_ns, st.st_mtime_ns))
     try:
+        # the dry run: the gather for sure, and each step that reads what it writes (test.en comes
+        # out the same, so the run then skips its steps)
+        planned = [line.split(" (")[0] for line in dry_run() if not line.endswith("would be skipped")]
+        assert planned == ["would run: 1/6 gather test from " + str(raw), *[
+            f"may run: {step}" for step in ("2/6 tokenise test.en", "2/6 tokenise test.de", "5/6 apply BPE to test.en",
+                                            "5/6 apply BPE to test.de", "6/6 binarise with fairseq-preprocess")]], planned
         again = prepare_task("wmt14_en_de", raw, out)
         redone = [line.split("] ")[1].split(" (")[0] for line in again.stderr.splitlines()
                   if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line) and not line.endswith("skipped")]
@@ -225,12 +240,13 @@ def test_jaen_missing_aspec_file(tmp_path):
 @pytest.mark.slow
 def test_the_commands_shown_in_prepare_sh_are_what_it_runs(ende):
     """The subword-nmt and fairseq-preprocess commands in examples/wmt14_en_de/prepare.sh's header
-    are the ones it runs (up to the output folder, the merges and the workers of this test)."""
+    are the ones it runs (up to the output folder, the merges and the workers of this test, and the
+    --verbose that prepare gives learn-bpe for its progress line)."""
     header = (REPO / "examples/wmt14_en_de/prepare.sh").read_text(encoding="utf-8").split("\nset -euo pipefail")[0]
     steps = {line[4:6]: line[7:] for line in re.sub(r"\s*\\\n#\s*", " ", header).splitlines() if line.startswith("#   ")}
     out = ende["out"]
     ran = [line.split("$ ", 1)[1] for line in ende["first"].stderr.splitlines() if "  $ " in line]
-    learn = (steps["4."].replace("tok/", f"{out}/tok/").replace("-s 32000", "-s 400")
+    learn = (steps["4."].replace("tok/", f"{out}/tok/").replace("-s 32000", "-s 400 --verbose")
              .replace("> bpe/codes", f"> {out}/bpe/codes.tmp"))
     binarise = (steps["6."].replace("bpe/", f"{out}/bpe/").replace("--destdir data-bin", f"--destdir {out}/data-bin.tmp")
                 .replace("--workers N", "--workers 2"))
@@ -286,3 +302,14 @@ def test_each_preset_keeps_the_settings_its_prepare_sh_gave():
         assert (args.joint_bpe, args.clean_ratio, args.clean_max_len, args.default_merges, args.default_raw) == (
             joint, ratio, 250, merges, raw), task
     assert preparer.parse(["wmt14_en_de", "--clean-ratio", "2"]).clean_ratio == 2.0  # still settable
+
+
+def test_a_dry_run_refuses_what_the_run_refuses(tmp_path):
+    """A preset's dry run with a corpus it could not get (none in the raw folder, --no-download):
+    refused as the run is, naming it, and nothing written."""
+    from fairseq_csan.recipes import prepare
+
+    done = in_process(prepare.main, ["toy_en_de", "--raw-dir", tmp_path / "none", "--out", tmp_path / "out",
+                                     "--no-download", "--dry-run"], check=False)
+    assert done.returncode == 2 and "error: toy_en_de: missing toy train" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()

@@ -159,8 +159,8 @@ def test_prepare_force_keeps_others_files_one_writer_and_long_tokens(tmp_path):
         in second.stderr, second.stderr
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
-    assert re.search(r"dropped \d+ \(empty, over 250 tokens, length ratio over 1.5, or a token over 100 "
-                     r"characters: 1\)", err), err
+    assert re.search(r"dropped \d+: \d+ with an empty side, \d+ over 250 tokens, \d+ of a length ratio over 1.5, 1 "
+                     r"with a token over 100 characters", err), err
     assert max(len(line) for line in lines(out / "bpe/codes")) < 1000
     assert not (out / ".lock").exists()
     # a file of the user's in a folder prepare writes (one a redone step would replace whole):

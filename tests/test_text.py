@@ -180,3 +180,22 @@ def test_pretokenized_text_keeps_its_tokens():
         assert tokenize("  he didn 't  care . ") == "he didn 't care ."
         assert text_tools.make_detokenizer(lang, pretokenized=True)("he didn 't care .") == "he didn 't care ."
     assert text_tools.line_tokenizer("en")("he didn 't care .") == "he didn ' t care ."  # what it avoids
+
+
+def test_a_gzip_file_cut_short_is_named_in_one_line(tmp_path):
+    import gzip
+
+    whole = gzip.compress(("a line of text\n" * 5000).encode())
+    (tmp_path / "cut.en.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "plain.en.gz").write_bytes(b"not gzip at all\n")
+    for name in ("cut.en.gz", "plain.en.gz"):
+        with pytest.raises(TextError, match=rf"{name}: not a whole gzip file after [\d,]+ lines"):
+            read_lines(tmp_path / name)
+
+
+def test_french_typography_is_not_taken_for_tokens():
+    """French sets ? ! : ; apart from the word before them in raw text; only . , and clitics tell."""
+    raw = ["Tu viens ce soir ?", "Attention : la porte est fermée !", "Oui, il est parti.", "Il a dit : non ; puis il est parti."]
+    assert text_tools.looks_tokenized(raw * 10, "fr") is None
+    assert text_tools.looks_tokenized(raw * 10, "en")  # (where no such rule holds)
+    assert text_tools.looks_tokenized([text_tools.make_tokenizer("fr")(line) for line in raw * 10], "fr")

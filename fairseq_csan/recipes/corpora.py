@@ -49,7 +49,7 @@ class Corpus:
     where: str = ""  # where to get it, for the error message
     fields: Optional[Dict[str, int]] = None
     folder: Optional[str] = None
-    label: str = ""  # its short name in reports (a test set's); "": the name's last word
+    label: str = ""  # its short name in reports (a test set's); "": the name's first word
 
 
 @dataclass
@@ -264,7 +264,7 @@ def files_task(src: str, tgt: str, train: str, valid: str, tests: List[str]) -> 
 def test_name(task: Task, split: str) -> str:
     """A test split's own name, as reports show it: its files' name (test_2016_flickr,
     newstest2014; for your own files, the PREFIX's last part), corpora concatenated joined by +."""
-    return "+".join(corpus.label or corpus.name.split()[-1] for corpus in task.splits[split])
+    return "+".join(corpus.label or corpus.name.split()[0] for corpus in task.splits[split])
 
 
 def task_of(task) -> Task:
@@ -381,8 +381,10 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
     """The files of one corpus in ``raw``: found, extracted from its archive, or downloaded."""
     if corpus.folder is not None:
         folder = raw / corpus.folder
-        pairs = sorted(p.with_suffix("") for p in folder.glob(f"*.{langs[0]}")) if folder.is_dir() else []
-        pairs = [{lang: stem.with_name(f"{stem.name}.{lang}") for lang in langs} for stem in pairs]
+        first = [*folder.glob(f"*.{langs[0]}"), *folder.glob(f"*.{langs[0]}.gz")] if folder.is_dir() else []
+        stems = sorted({p.parent / re.sub(rf"\.{re.escape(langs[0])}(\.gz)?$", "", p.name) for p in first})
+        pairs = [{lang: present(stem.with_name(f"{stem.name}.{lang}")) or stem.with_name(f"{stem.name}.{lang}")
+                  for lang in langs} for stem in stems]
         for pair in pairs:
             if not pair[langs[1]].is_file():
                 raise Missing(f"{task_name}: {pair[langs[0]]} has no partner {pair[langs[1]]}")

@@ -236,7 +236,11 @@ def main(argv=None) -> None:
     if args.baseline and not (args.baseline / "hyp.tok").is_file():
         die(f"--baseline {args.baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
     if args.baseline and (args.baseline / "results.json").is_file():
-        theirs = json.loads((args.baseline / "results.json").read_text(encoding="utf-8")).get("subset")
+        base = json.loads((args.baseline / "results.json").read_text(encoding="utf-8"))
+        theirs = base.get("subset")
+        if base.get("test_set") and base["test_set"] != task.test_name(args.subset) and theirs == args.subset:
+            die(f"--baseline {args.baseline} is an evaluation of {base['test_set']}, and {args.data}'s {args.subset} "
+                f"is now {task.test_name(args.subset)}: evaluate the baseline on it too")
         if theirs and theirs != args.subset:
             die(f"--baseline {args.baseline} is an evaluation of {theirs}; evaluate the baseline on --subset "
                 f"{args.subset} too")

@@ -80,28 +80,36 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
     return notes
 
 
-def found_as_they_are(spec, split, raw):
+def found_as_they_are(spec, split, raw, no_download: bool):
     """A dry run's view of a preset's split: its corpora's files as they lie in the raw folder
-    (nothing extracted, nothing downloaded); None where one is not there as files."""
-    found = []
+    (nothing extracted, nothing downloaded); None where one must be extracted or downloaded
+    first. A corpus the run could not get either raises corpora.Missing, as the run does."""
+    found, langs = [], (spec.src, spec.tgt)
     for corpus in spec.splits[split]:
-        files = corpora.find_layout(corpus, raw, (spec.src, spec.tgt)) if corpus.folder is None else None
+        if corpus.folder is not None:  # a folder of pairs: found as it is, or missing
+            found += [(corpus, files) for files in corpora.locate(spec.name, corpus, raw, langs, False)]
+            continue
+        files = corpora.find_layout(corpus, raw, langs)
         if files is None:
+            if not (corpus.archive and (raw / corpus.archive).is_file()) and (no_download or not corpus.url):
+                raise corpora.Missing(corpora.missing_message(spec.name, corpus, raw, langs))
             return None
         found.append((corpus, files))
     return found
 
 
-def tokenised_already(task, langs, pretokenized: bool) -> List[str]:
+def tokenised_already(task, langs, pretokenized: bool, own_files: bool) -> List[str]:
     """For each language whose training text looks tokenised already (text.looks_tokenized, on its
-    first 5,000 lines), a sentence saying so: it is tokenised again unless --pretokenized."""
+    first 5,000 lines), a sentence saying so: it is tokenised again unless --pretokenized (of
+    prepare files: a preset's corpora are raw text as published)."""
+    how = "prepare it with --pretokenized" if own_files else "prepare its files with prepare files --pretokenized"
     notes = []
     for lang in langs if not pretokenized else ():
         with open(task.raw("train", lang), encoding="utf-8", errors="replace") as f:
             why = text.looks_tokenized((line for _, line in zip(range(5000), f)), lang)
         if why:
             notes.append(f"train.{lang} looks tokenised already ({why}); it is tokenised again, which splits its "
-                         "tokens further (didn 't -> didn ' t); to keep its own tokens, prepare it with --pretokenized "
+                         f"tokens further (didn 't -> didn ' t); to keep its own tokens, {how} "
                          "(PRETOKENIZED=1 in the quick start; docs/recipes.md, Pre-tokenised corpora)")
     return notes
 
@@ -301,7 +309,8 @@ def main(argv=None) -> None:
     # preset takes the files as they lie: finding may extract or download)
     try:
         located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
-                   if args.task == FILES or not dry else found_as_they_are(spec, split, raw) for split in splits}
+                   if args.task == FILES or not dry else found_as_they_are(spec, split, raw, args.no_download)
+                   for split in splits}
     except corpora.Missing as e:
         die(str(e))
     inputs = {f"the {split} corpus": f for split in splits for _, files in located[split] or () for f in files.values()}
@@ -340,9 +349,18 @@ def main(argv=None) -> None:
     changing = set()  # a dry run: the outputs of the steps it would run, which redo the steps that read them
 
     def would(step_, what, short):
-        """A dry run's line for a step: what it would do and why, as the run's line says it."""
-        after = changing & {str(p) for p in step_.inputs}
-        reason = "--force" if args.force else "made from a step above" if after else step_.stale()
+        """A dry run's line for a step: what it would do and why, as the run's line says it; a
+        step whose outputs are there but which reads what a step above redoes "may run": the run
+        redoes it only where that step's new output differs from its old one."""
+        missing = [p for p in step_.outputs if not p.exists()]
+        if args.force or missing:
+            reason = "--force" if args.force else f"no {missing[0]}"
+        elif changing & {str(p) for p in step_.inputs}:
+            changing.update(str(p) for p in step_.outputs)
+            log(f"may run: {what} (where a step above changes what it reads)")
+            return True
+        else:
+            reason = step_.stale()
         if reason is None:
             log(f"{short or what}: up to date; would be skipped")
             return False
@@ -375,7 +393,8 @@ def main(argv=None) -> None:
     except corpora.Missing as e:
         die(str(e))
     # what looks like a mistake in the corpora: said once they are gathered, and kept in task.json
-    warnings = [] if dry else suspicious(task, splits, src, tgt, located) + tokenised_already(task, (src, tgt), pretokenized) \
+    warnings = [] if dry else suspicious(task, splits, src, tgt, located) + tokenised_already(
+        task, (src, tgt), pretokenized, args.task == FILES) \
         if gathered or "warnings" not in task.settings else task.settings["warnings"]
     for warning in warnings:
         log(f"warning: {warning}")

@@ -56,8 +56,8 @@ SETTINGS = (
      "ARCH)"),
     ("--device", "DEVICE", "DEVICE", "auto", "auto (default: the GPU when torch sees one, else the CPU), cpu or cuda"),
     ("--max-update", "MAX_UPDATE", "N", None, "training updates (default 400 for the toy corpus, 600 for a CORPUS; "
-     "on 2 CPU cores Multi30k takes about 25 minutes for 600 updates, which score about 31 BLEU, while 150 score "
-     "under 1: docs/recipes.md, What a budget buys)"),
+     "on 2 CPU cores Multi30k takes 20 to 25 minutes for 600 updates, which score about 31 BLEU, while 160 score "
+     "about 11: docs/recipes.md, What a budget buys)"),
     ("--dim", "DIM", "N", None, "model width (default 128 toy, 256 for a CORPUS); FFN width is 2*DIM"),
     ("--max-tokens", "MAX_TOKENS", "N", "4096", "tokens per batch (default 4096)"),
     ("--bpe-merges", "BPE_MERGES", "N", None, "joint BPE merge operations (default 2000 toy, 8000 for a CORPUS, as "
@@ -241,9 +241,7 @@ def check(s: Settings) -> dict:
     except ImportError as e:  # the environment lacks torch or fairseq
         raise Refused(f"{type(e).__name__}: {e}") from None
     return dict(s=s, corpus=corpus, src=src, tgt=tgt, arch=arch, work=work, model=model, device=device,
-                valid=valid, tests=tests, joint=joint, clean_ratio=ratio, pretokenized=v["pretokenized"] == "1",
-                plain=not toy and all(os.path.isfile(f"{corpus}/{n}.{lang}") for n in ("train", valid, *tests)
-                                      for lang in (src, tgt)), layers=[] if kind in ("none", "standard") else ["--csan-layers", "2"],
+                valid=valid, tests=tests, joint=joint, clean_ratio=ratio, pretokenized=v["pretokenized"] == "1", layers=[] if kind in ("none", "standard") else ["--csan-layers", "2"],
                 max_update=int(v["max_update"]), dim=int(v["dim"]), max_tokens=v["max_tokens"],
                 bpe_merges=v["bpe_merges"], model_flags=v["model_flags"].split(), toy_args=v["toy_args"].split(),
                 force=["--force"] if v["force"] == "1" else [], dry_run=v["dry_run"] == "1")
@@ -304,8 +302,8 @@ def run(plan: dict) -> int:
         else:  # German-English: the toy corpus as your own files
             prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", "de", "--tgt", "en",
                        "--train", f"{raw}/train", "--valid", f"{raw}/val", "--test", f"{raw}/test"]
-    elif (f"{src}-{tgt}", plan["valid"], plan["tests"], plan["pretokenized"], plan["plain"]) == \
-            ("en-de", "val", ["test_2016_flickr"], False, True):
+    elif (f"{src}-{tgt}", plan["valid"], plan["tests"], plan["pretokenized"]) == \
+            ("en-de", "val", ["test_2016_flickr"], False):
         prepare = ["bash", f"{ROOT}/examples/multi30k/prepare.sh", "--raw-dir", corpus, "--no-download"]  # Multi30k
     else:
         prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", src, "--tgt", tgt,

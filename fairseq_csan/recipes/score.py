@@ -204,9 +204,10 @@ def score(args):
         if len(read_lines(baseline_hyp)) != len(hyps):
             raise SystemExit(f"score: the baseline {baseline_hyp} has another number of lines than {len(hyps)}")
         base_results = args.baseline / "results.json"
-        theirs = json.loads(base_results.read_text()).get("subset") if base_results.is_file() else None
-        if theirs and args.subset and theirs != args.subset:
-            raise SystemExit(f"score: the baseline {args.baseline} is an evaluation of {theirs}, this one of {args.subset}")
+        base = json.loads(base_results.read_text()) if base_results.is_file() else {}
+        for key, ours in (("subset", args.subset), ("test_set", results["test_set"])):
+            if base.get(key) and ours and base[key] != ours:  # (a baseline scored before test_set was kept: subset)
+                raise SystemExit(f"score: the baseline {args.baseline} is an evaluation of {base[key]}, this one of {ours}")
         test = paired_bootstrap(args.ref_tok, baseline_hyp, out / "hyp.tok", args.bootstrap_samples)
         test["baseline"] = json.loads(base_results.read_text())["name"] if base_results.is_file() else str(args.baseline)
         baseline_detok = args.baseline / "hyp.detok"

@@ -25,8 +25,10 @@ temporary name and is renamed at the end, so a half-written file never looks fin
 """
 
 import argparse
+import gzip
 import re
 import sys
+import zlib
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -50,11 +52,10 @@ def iter_lines(path):
     if str(path) == "-":
         handle = sys.stdin.buffer
     elif str(path).endswith(".gz"):
-        import gzip
-
         handle = gzip.open(path, "rb")
     else:
         handle = open(path, "rb")
+    number = 0
     try:
         for number, raw in enumerate(handle, 1):
             try:
@@ -65,6 +66,9 @@ def iter_lines(path):
             if number == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             yield line[:-1] if line.endswith("\n") else line
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:  # a .gz cut short, or not gzip at all
+        raise TextError(f"{name}: not a whole gzip file after {number:,} lines ({error}); download or "
+                        "compress it again") from None
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
@@ -192,8 +196,11 @@ def looks_tokenized(lines, lang: str, at_least: int = 20):
         together = sum(len(_CJK_JOINED.findall(line)) for line in lines)
         what, share = "pairs of neighbouring CJK characters are separated by a space (segmented text)", 0.25
     else:
-        apart = sum(len(_MARK_APART.findall(line)) for line in lines)
-        together = sum(len(_MARK_ATTACHED.findall(line)) for line in lines)
+        # (French typography itself sets ? ! : ; apart from their word: only . , and clitics count there)
+        marks = (lambda found: [m for m in found if m.strip()[-1:] not in "?!:;"]) if base_language(lang) == "fr" \
+            else (lambda found: found)
+        apart = sum(len(marks(_MARK_APART.findall(line))) for line in lines)
+        together = sum(len(marks(_MARK_ATTACHED.findall(line))) for line in lines)
         what, share = "word-final punctuation marks and clitics stand apart from their word, as after a tokeniser", 0.6
     if apart + together < at_least or apart < share * (apart + together):
         return None
@@ -346,8 +353,8 @@ def main(argv=None):
     cl = sub.add_parser("clean")
     for name in ("--src-in", "--tgt-in", "--src-out", "--tgt-out"):
         cl.add_argument(name, type=Path, required=True)
-    cl.add_argument("--max-len", type=int, default=250)
-    cl.add_argument("--ratio", type=float, default=1.5)
+    cl.add_argument("--max-len", "--clean-max-len", type=int, default=250)  # (the second: as prepare and its warning)
+    cl.add_argument("--ratio", "--clean-ratio", type=float, default=1.5)
     cl.add_argument("--max-token-chars", type=int, default=MAX_TOKEN_CHARS)
     sub.add_parser("versions")
     args = parser.parse_args(argv)
