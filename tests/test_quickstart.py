@@ -510,6 +510,12 @@ def test_quickstart_force_redoes_only_what_the_kit_wrote(toy_run):
     trains the run again from nothing. (Last in the file: it trains the toy run again.)"""
     work, _ = toy_run
     checkpoints = work / "checkpoints" / "transformer_csan2d"
+    # another setting of the preparation: refused by prepare, naming the change, then in the quick start's words
+    env = {**os.environ, "WORK": str(work), "MAX_TOKENS": "2048", "DIM": "32", "MAX_UPDATE": "20",
+           "TOY_ARGS": "--train 1500 --valid 40 --test 30", "CLEAN_RATIO": "3"}
+    other = subprocess.run(["bash", str(QUICKSTART)], env=env, capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "clean_ratio 1.5 then, 3.0 now" in other.stderr, other.stderr[-2000:]
+    assert f"FORCE=1 redoes it in {work}, or give another WORK" in other.stderr
     (checkpoints / "my_notes.txt").write_text("mine\n")
     written = {p.name: p.stat().st_mtime_ns for p in checkpoints.glob("*.pt")}
     full_env = {**os.environ, "WORK": str(work), "MAX_TOKENS": "2048", "DIM": "32", "MAX_UPDATE": "20",

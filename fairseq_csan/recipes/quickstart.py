@@ -287,6 +287,10 @@ def run(plan: dict) -> int:
 
     def step(command, name):  # a step that fails ends the quick start with its exit status
         code = show(plan, command, name)
+        if code == 2 and name == "the preparation":  # a refusal; in the quick start's own words
+            print(f"[quickstart] the preparation refused (above): where it names other settings, "
+                  f"{s.shown('force', '1')} redoes it in {work}, or give another {s.name('work')}", file=sys.stderr,
+                  flush=True)
         if code != 0:
             raise SystemExit(code)
 

@@ -128,8 +128,10 @@ class PreparedTask:
             before = {}
         held, asked = ({k: v for k, v in d.items() if k not in FINDINGS} for d in (complete(before), settings))
         if TASK.exists(root) and not force and held != asked:
-            raise NotATask(f"{root} was prepared with other settings (see {TASK.path(root)}); use --force to redo it "
-                           "or another --out")
+            changed = "; ".join(f"{key} {held.get(key)!r} then, {asked.get(key)!r} now"
+                                for key in sorted(set(held) | set(asked)) if held.get(key) != asked.get(key))
+            raise NotATask(f"{root} was prepared with other settings ({changed}; see {TASK.path(root)}); use --force "
+                           "to redo it or another --out")
         kept = {"warnings": before["warnings"]} if not force and "warnings" in before else {}
         if not write:
             return cls(root, {**settings, **kept})
