@@ -221,6 +221,23 @@ def tree(ende, tmp_path_factory):
         yield root
 
 
+@pytest.fixture(scope="session")
+def transformer_folder(ende, tmp_path_factory):
+    """A model folder of fairseq's own Transformer, as a user would start from one: the En-De
+    recipe's tiny transformer exported (export's main), with its task; built once per session
+    (``built_once``) and only read (tests/test_convert.py)."""
+
+    def build(root):
+        from recipe_helpers import recipe_main
+
+        recipe_main("export", "--data", ende["out"], "--checkpoint", ende["work"] / "ck_base/checkpoint_last.pt",
+                    "--out", root / "model", check=True)
+
+    root, _ = built_once(tmp_path_factory, "transformer_folder", build)
+    with read_only(root):
+        yield {"model": root / "model", "task": ende["out"]}
+
+
 # ---------------------------------------------------------------- every architecture of the plugin
 
 def plugin_archs():

@@ -111,6 +111,14 @@ class SelfAttention(MultiheadAttention):
             **extra,
         )
 
+    # ---- a Transformer's weights, converted (fairseq_csan/recipes/convert.py) -----------
+    def start_as_standard(self):
+        """Called once this module holds a standard Transformer self-attention's weights (its
+        q/k/v/out projections): set the variant's own parameters so that it starts as close to
+        that attention as its form allows, and say how in a few words; None where it has no
+        parameters of its own or keeps their usual initial values (the converter says so)."""
+        return None
+
     # ---- the three steps a variant may refine ------------------------------------------
     def project(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Eq. 1: (T, B, d) -> Q, K, V, each (T, B, d), before the head split and the scaling."""

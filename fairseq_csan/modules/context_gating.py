@@ -116,6 +116,28 @@ class ContextGating:
         self.v_context = nn.Parameter(torch.zeros(len(self.gated), embed_dim)) if self.gated else None
         self.gate_sink: Optional[list] = None  # set by record_gates() to collect the gates
 
+    def start_as_standard(self):
+        """U_Q and U_K zero and the gated projections doubled: with the gate vectors at their
+        zero start every gate is sigmoid(0) = 1/2, so Q^ = (1 - 1/2) 2Q + 1/2 (C 0) = Q (and K^
+        likewise), the attention its weights came from, exactly, until training moves them."""
+        own = super().start_as_standard()
+        if not self.gated:
+            return own
+        with torch.no_grad():
+            for u in (self.u_mean, self.u_state):
+                if u is not None:
+                    u.weight.zero_()
+            self.v_state.zero_()
+            self.v_context.zero_()
+            for name in self.gated:
+                projection = getattr(self, f"{name}_proj")
+                projection.weight.mul_(2)
+                if projection.bias is not None:
+                    projection.bias.mul_(2)
+        gated = " and ".join(f"{n.upper()}" for n in self.gated)
+        mine = f"U zero, v zero, {gated} projections doubled (each gate 1/2, so the gated {gated} equal the source's)"
+        return mine if own is None else f"{own}; {mine}"
+
     def project(self, x: Tensor):
         q, k, v = super().project(x)
         h = self.history

@@ -64,6 +64,14 @@ class RelativePositionAttention(SelfAttention):
             for head in table:
                 nn.init.xavier_uniform_(head)
 
+    def start_as_standard(self):
+        """Zero tables: every a^K_ij and a^V_ij is 0, so eqs. 3-4 are the standard attention
+        until training moves them."""
+        with torch.no_grad():
+            self.rel_keys.zero_()
+            self.rel_values.zero_()
+        return "w^K and w^V zero (eqs. 3-4 are then the standard attention)"
+
     def _distance_index(self, seq_len: int, device) -> Tensor:
         """(T, T): clip(j - i, k) + k, the row of w^K / w^V for query i and key j."""
         pos = torch.arange(seq_len, device=device)

@@ -61,6 +61,9 @@ def parse(argv=None):
                    help="average the N newest interval checkpoints (default 5 for base runs, 20 for big ones)")
     p.add_argument("--checkpoint", type=Path, metavar="FILE",
                    help="evaluate this checkpoint instead of an average (not with --checkpoints or --last)")
+    p.add_argument("--model", type=Path, metavar="FOLDER",
+                   help="evaluate a model folder as it is (export's or recipes.convert's, on a task prepared with "
+                        "its dictionaries: prepare files --like FOLDER); not with --checkpoints or --checkpoint")
     p.add_argument("--subset", default="test", metavar="SPLIT",
                    help="the split to translate: test (default), valid, or test1, test2, ... where the task was "
                         "prepared with more than one --test")
@@ -81,8 +84,11 @@ def parse(argv=None):
     p.add_argument("--force", action="store_true",
                    help="redo the evaluation in an --out that holds one of other checkpoints or settings")
     args = p.parse_args(argv)
-    if args.checkpoints is None and args.checkpoint is None:
-        p.error("--checkpoints DIR (or --checkpoint FILE) is required")
+    if args.model is not None and (args.checkpoints is not None or args.checkpoint is not None or args.last is not None):
+        p.error("--model FOLDER evaluates that folder's model.pt; --checkpoints DIR, --last N and --checkpoint FILE "
+                "choose checkpoints: give one or the other")
+    if args.checkpoints is None and args.checkpoint is None and args.model is None:
+        p.error("--checkpoints DIR (or --checkpoint FILE, or --model FOLDER) is required")
     if args.checkpoint is not None and (args.checkpoints is not None or args.last is not None):
         p.error("--checkpoint FILE evaluates one checkpoint; --checkpoints DIR and --last N choose an average: "
                 "give one or the other")
@@ -218,6 +224,24 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
     log(f"    decoded {count()} of {total} sentences")
 
 
+def of_model_folder(folder: Path, task: PreparedTask) -> Path:
+    """--model FOLDER: its model.pt, once the folder is intact (its seal) and translates the
+    task's languages with the task's dictionaries."""
+    from .export import ExportError, dictionary_words, folder_model
+
+    try:
+        model = folder_model(folder)
+    except ExportError as e:
+        die(f"--model: {e}")
+    if (model["src"], model["tgt"]) != (task.src, task.tgt):
+        die(f"--model {folder} translates {model['src']}-{model['tgt']}, {task.root} is {task.src}-{task.tgt}")
+    for lang, path in model["dicts"].items():
+        if dictionary_words(path) != dictionary_words(task.data_bin / f"dict.{lang}.txt"):
+            die(f"{task.data_bin}/dict.{lang}.txt is not the dictionary of --model {folder}: prepare the corpus "
+                f"with its vocabulary (prepare files ... --like {folder})")
+    return model["checkpoint"]
+
+
 def main(argv=None) -> None:
     args = parse(argv)
     try:
@@ -251,9 +275,12 @@ def main(argv=None) -> None:
     except SystemExit as e:
         die(str(e).replace("score: ", ""))
     out = args.out
+    if args.model is not None:
+        args.checkpoint = of_model_folder(args.model, task)
     try:  # nothing this command reads may lie where it writes
         refuse_overlaps({"--out": out}, {"--data": args.data, "--checkpoints": args.checkpoints,
-                                         "--checkpoint": args.checkpoint, "--baseline": args.baseline})
+                                         "--checkpoint": args.checkpoint, "--model": args.model,
+                                         "--baseline": args.baseline})
     except Refusal as e:
         die(str(e))
     # the run the checkpoints come from: their save folder's run record (and train.log)

@@ -36,17 +36,26 @@ from .runner import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
 from .task import NotATask, PreparedTask
 
 TOKENIZER = "csan_recipe"
+BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model", "merges.txt", "vocab.json")  # as from_pretrained finds them
 
 
 class ExportError(Exception):
     pass
 
 
+def encoders_of(task: PreparedTask):
+    """The tokenizer and BPE (fairseq's names) that made the task's subwords: the recipe's, or
+    those of the model folder it was prepared like (prepare files --like)."""
+    like = task.settings.get("like")
+    return (like["tokenizer"], like["bpe"]) if like else (TOKENIZER, "subword_nmt")
+
+
 def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int = decoding.BATCH_SIZE) -> dict:
     """The configuration that makes a checkpoint of ``task`` translate raw text as the recipe
     does: fairseq's ``arg_overrides`` (set by name in every group of the checkpoint's cfg)."""
+    tokenizer, bpe = encoders_of(task)
     return {"data": data, "source_lang": task.src, "target_lang": task.tgt,
-            "tokenizer": TOKENIZER, "pretokenized": bool(task.pretokenized), "bpe": "subword_nmt", "bpe_codes": bpe_codes,
+            "tokenizer": tokenizer, "pretokenized": bool(task.pretokenized), "bpe": bpe, "bpe_codes": bpe_codes,
             **decoding.generation_overrides(), "batch_size": batch_size, "max_tokens": None}
 
 
@@ -104,7 +113,7 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")
     about = {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
              "made_from": made_from,  # the task's dictionaries and training data it was checked against
-             "tokenizer": TOKENIZER, "pretokenized": bool(task.pretokenized), "bpe": "subword_nmt",
+             **dict(zip(("tokenizer", "bpe"), encoders_of(task))), "pretokenized": bool(task.pretokenized),
              **decoding.generation_overrides(),
              "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}}
     (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
@@ -115,7 +124,7 @@ def written_by_export(folder: Path) -> bool:
     export does not write."""
     if not (folder / "export.json").is_file():
         return False
-    return not [p for p in folder.iterdir() if not (p.name in ("model.pt", "bpecodes", "export.json")
+    return not [p for p in folder.iterdir() if not (p.name in ("model.pt", "export.json", *BPE_FILES)
                                                     or (p.name.startswith("dict.") and p.name.endswith(".txt")))]
 
 
@@ -156,23 +165,25 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
     except Refusal as error:
         raise ExportError(str(error)) from None
     try:
-        return replace_folder(task, checkpoint, out, force)
+        return replace_folder(out, lambda folder: write_folder(task, checkpoint, folder), force)
     finally:
         lock.release()
 
 
-def replace_folder(task: PreparedTask, checkpoint: Path, out: Path, force: bool) -> str:
+def replace_folder(out: Path, write, force: bool, by: str = "export") -> str:
+    """``write(folder)`` into a new folder beside ``out``, then put it in place of ``out``:
+    'written', 'replaced' (only with ``force``) or 'unchanged' (the same files)."""
     new = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir()
     try:
-        write_folder(task, checkpoint, new)
+        write(new)
         if out.is_dir() and any(out.iterdir()):
             if same_folder(new, out):
                 shutil.rmtree(new)
                 return "unchanged"
             if not force:
-                raise ExportError(f"{out} holds another model folder that export wrote; pass --force to replace it, "
+                raise ExportError(f"{out} holds another model folder that {by} wrote; pass --force to replace it, "
                                   "or give another --out")
             old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -211,3 +222,101 @@ if __name__ == "__main__":
     from .runner import as_command
 
     as_command(main)
+
+
+# ---------------------------------------------------------------- a model folder, read for training on it
+
+# the fairseq-train flags that give a model its shape: each is taken from the folder's checkpoint
+# when a training starts from it (train.sh --finetune-from), and refused there with another value
+SHAPE_FLAGS = ("encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
+               "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads",
+               "decoder_output_dim", "encoder_normalize_before", "decoder_normalize_before",
+               "encoder_learned_pos", "decoder_learned_pos", "no_token_positional_embeddings", "activation_fn",
+               "no_scale_embedding", "layernorm_embedding", "max_source_positions", "max_target_positions",
+               "share_all_embeddings", "share_decoder_input_output_embed", "no_cross_attention", "cross_self_attention")
+VARIANT_FLAGS = ("csan_layers", "ctx_type", "ctx_side", "ctx_gate")  # beside each variant's own (registry)
+
+
+def dictionary_words(path: Path) -> list:
+    """The entries of a fairseq dictionary file (its first column), as fairseq reads them."""
+    return [line.rsplit(" ", 1)[0] if " " in line else line
+            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def folder_model(folder: Path) -> dict:
+    """What a model folder's checkpoint says of its model: its architecture, languages, the
+    flags of its shape and variant (flag -> value, as fairseq-train takes them), its dictionaries'
+    files and the checkpoint's SHA-256. A damaged folder (export's seal) or one without model.pt
+    and its dictionaries raises ExportError, naming the file."""
+    from fairseq_csan import register
+    from fairseq_csan.model_folder import DamagedModelFolder, sha256, verify
+    from fairseq_csan.modules.registry import SELF_ATTENTION_VARIANTS, model_defining_flags
+
+    checkpoint = folder / "model.pt"
+    if not checkpoint.is_file():
+        raise ExportError(f"{folder} is not a model folder: it has no model.pt")
+    try:
+        verify(folder)
+    except DamagedModelFolder as error:
+        raise ExportError(str(error)) from None
+    register()  # our architectures and the loading fixes, in a command that started without fairseq
+    state = load_state(checkpoint, {"data": str(folder)})
+    model, task = state["cfg"]["model"], state["cfg"]["task"]
+    arch = getattr(model, "arch", None) or getattr(model, "_name", None)
+    flags = list(SHAPE_FLAGS) + list(VARIANT_FLAGS)
+    variant = getattr(model, "encoder_self_attention", None)
+    if variant in SELF_ATTENTION_VARIANTS:
+        flags += model_defining_flags(SELF_ATTENTION_VARIANTS[variant])
+    shape = {f: getattr(model, f) for f in flags if getattr(model, f, None) is not None}
+    dicts = {lang: folder / f"dict.{lang}.txt" for lang in (task.source_lang, task.target_lang)}
+    for path in dicts.values():
+        if not path.is_file():
+            raise ExportError(f"{folder} has no {path.name}")
+    return {"arch": arch, "src": task.source_lang, "tgt": task.target_lang, "shape": shape, "dicts": dicts,
+            "checkpoint": checkpoint, "sha256": sha256(checkpoint), "hub": hub_settings(state["cfg"])}
+
+
+def hub_settings(cfg) -> dict:
+    """The tokenizer and BPE a checkpoint's configuration names (fairseq's hub interface builds
+    them from there): each None where it names none, as fairseq's published models may."""
+    def named(group):
+        part = cfg.get(group)
+        name = part.get("_name") if part is not None and hasattr(part, "get") else part
+        return name or getattr(cfg.get("model"), group, None)
+
+    tokenizer = cfg.get("tokenizer")
+    pretokenized = bool(tokenizer.get("pretokenized", False)) if tokenizer is not None and hasattr(tokenizer, "get") \
+        else bool(getattr(cfg.get("model"), "pretokenized", False))
+    return {"tokenizer": named("tokenizer"), "bpe": named("bpe"), "pretokenized": pretokenized}
+
+
+def shape_arguments(shape: dict) -> list:
+    """fairseq-train's words for a model's shape (``folder_model``'s): a true switch as its flag,
+    a false one left out, a value after its flag."""
+    words = []
+    for dest, value in shape.items():
+        if dest.startswith("share_"):  # train.sh's --share, which follows the folder's (train.share_mode)
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif value is not False:
+            words += [flag, str(value)]
+    return words
+
+
+def contradictions(shape: dict, extra: list) -> list:
+    """The words of ``extra`` (fairseq-train flags) that set one of ``shape``'s flags to another value."""
+    found = []
+    for i, word in enumerate(extra):
+        flag, _, inline = word.partition("=")
+        dest = flag[2:].replace("-", "_") if flag.startswith("--") else None
+        if dest not in shape and dest not in SHAPE_FLAGS:
+            continue
+        theirs = shape.get(dest, False)
+        given = True if isinstance(theirs, bool) else inline or (extra[i + 1] if i + 1 < len(extra) else "")
+        if str(given) != str(theirs):
+            said = {True: "on", False: "off"}
+            found.append(f"{flag}{'' if given is True else ' ' + str(given)} (the folder's model: "
+                         f"{said.get(theirs, theirs) if isinstance(theirs, bool) else theirs})")
+    return found

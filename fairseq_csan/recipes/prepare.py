@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import List
 
-from . import corpora, text
+from . import corpora, like, text
 from .runner import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps, write_atomically
 from .steps import Step, call, make, recorded_outputs, run
 from .runner import TASK
@@ -191,6 +191,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the files are tokenised (or segmented) already: keep their own tokens, and score against "
                         "the references as given (sacreBLEU tokenize none); the model folder translates tokens to "
                         "tokens (docs/recipes.md, Pre-tokenised corpora)")
+    f.add_argument("--like", type=Path, metavar="FOLDER",
+                   help="cut the corpus as a trained model's data was, to fine-tune it: tokenise with the model "
+                        "folder's tokenizer, split with its BPE codes and binarise with its dictionaries unchanged "
+                        "(docs/recipes.md, Start from a trained Transformer); not with --merges, --joint-bpe or "
+                        "--pretokenized, which the folder decides")
     for name, spec in sorted(corpora.TASKS.items()):
         t = tasks.add_parser(name, prog=f"prepare.sh ({name})", help=f"the {name} preset (examples/*/prepare.sh)",
                              description="Prepare the task's corpora for fairseq (docs/recipes.md).")
@@ -226,6 +231,17 @@ def parse(argv=None):
         except ValueError as e:
             p.error(str(e))
         args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
+        args.like_info = None
+        if args.like is not None:
+            given = [flag for flag, value in (("--merges", args.merges), ("--joint-bpe", args.joint_bpe),
+                                              ("--pretokenized", args.pretokenized)) if value not in (None, False)]
+            if given:
+                p.error(f"--like {args.like} decides the tokens, the BPE and the dictionaries: leave out {', '.join(given)}")
+            try:
+                args.like_info = like.read(args.like, args.src, args.tgt)
+            except like.LikeError as e:
+                p.error(str(e))
+            args.merges, args.joint_bpe, args.pretokenized = 0, 1, args.like_info["pretokenized"]
         joint, ratio = own_corpus_defaults(args.src, args.tgt)
         args.joint_bpe = joint if args.joint_bpe is None else args.joint_bpe
         args.clean_ratio = ratio if args.clean_ratio is None else args.clean_ratio
@@ -265,7 +281,8 @@ def main(argv=None) -> None:
     out = args.out or Path("data") / name
     raw = args.raw_dir if args.task == FILES else args.raw_dir or (
         Path(os.environ[spec.raw_env]) if os.environ.get(spec.raw_env) else None) or args.default_raw or out / "downloads"
-    merges = args.merges or args.default_merges
+    like_info = getattr(args, "like_info", None)  # prepare files --like FOLDER (like.py)
+    merges = 0 if like_info else args.merges or args.default_merges
     # tools, checked before any work
     for tool in ("fairseq-preprocess", "subword-nmt"):
         if shutil.which(tool) is None:
@@ -279,11 +296,14 @@ def main(argv=None) -> None:
 
     pretokenized = bool(getattr(args, "pretokenized", False))
     tokenizers = {lang: text.tokenizer_name(lang, pretokenized) for lang in (src, tgt)}
+    if like_info:
+        tokenizers = {lang: f"{like_info['tokenizer']} of --like {like_info['folder']}" for lang in (src, tgt)}
     tests = [s for s in splits if s.startswith("test")]
     settings = {"task": name, "src": src, "tgt": tgt, "merges": merges, "joint_bpe": args.joint_bpe,
                 "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}",
                 "tests": ",".join(tests), "tokenizer_src": tokenizers[src], "tokenizer_tgt": tokenizers[tgt],
-                "pretokenized": pretokenized, "test_names": {split: corpora.test_name(spec, split) for split in tests}}
+                "pretokenized": pretokenized, "test_names": {split: corpora.test_name(spec, split) for split in tests},
+                **({"like": like_info} if like_info else {})}
     owned = {sub: out / sub for sub in OWNED_FOLDERS}
     # the raw corpora are inputs: none of them may lie where this command writes (a rerun would
     # remove them before reading them)
@@ -404,6 +424,12 @@ def main(argv=None) -> None:
     # 2 tokenise (the tools' versions are a setting: another tokeniser version redoes it)
     for split in splits:
         for lang in (src, tgt):
+            if like_info:  # the folder's tokenizer, through fairseq's registry
+                step(f"2/6 tokenise {split}.{lang} ({like_info['tokenizer']}, as --like)", f"2/6 tokenise {split}.{lang}",
+                     f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
+                     lambda temps, lang=lang, split=split: like.tokenize_file(like_info, lang, task.raw(split, lang), temps[0]),
+                     lang=lang, like=like_info["model.pt"], tokenizer=like_info["tokenizer"])
+                continue
             module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
             step(f"2/6 tokenise {split}.{lang}", f"2/6 tokenise {split}.{lang}", f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
                  lambda temps, lang=lang, split=split: text.tokenize_file(lang, task.raw(split, lang), temps[0], workers,
@@ -423,7 +449,7 @@ def main(argv=None) -> None:
     # 4 learn BPE: one joint model, or one per language
     bpe_version = tools.get("subword-nmt")
     learn = [((src, tgt), task.codes(src))] if task.joint else [((lang,), task.codes(lang)) for lang in (src, tgt)]
-    for langs, codes in learn:
+    for langs, codes in learn if not like_info else ():
         inputs = [task.root / "tok" / f"train.clean.{lang}" for lang in langs]
         run_step(Step(stamps, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], {"merges": merges, "subword-nmt": bpe_version}),
                  ["subword-nmt", "learn-bpe", "-s", str(merges)], stdout=True, stdin=inputs,
@@ -436,11 +462,22 @@ def main(argv=None) -> None:
             log(f"4/6 {codes.name}: {learnt} merges learnt, of {merges} asked: after the {learnt}th no pair of "
                 "symbols occurs twice in the training text (a small corpus)")
 
+    if like_info:  # the folder's codes, as they are
+        codes = Path(like_info["folder"]) / like_info["bpe_file"]
+        step(f"4/6 BPE: the codes of --like ({codes})", f"4/6 BPE: {task.codes(src)}", "like_bpe", [codes],
+             [task.codes(src)], lambda temps: shutil.copyfile(codes, temps[0]), bpe=like_info["bpe"])
+
     # 5 apply BPE
     for split in splits:
         for lang in (src, tgt):
             source = clean[(src, tgt).index(lang)] if split == "train" else task.tok(split, lang)
             target = task.root / "bpe" / f"{split}.{lang}"
+            if like_info:  # the folder's BPE kind, through fairseq's registry
+                step(f"5/6 apply BPE ({like_info['bpe']}, as --like) to {split}.{lang}", f"5/6 apply BPE: {target}",
+                     f"apply_bpe.{split}.{lang}", [source, task.codes(src)], [target],
+                     lambda temps, lang=lang, source=source: like.bpe_file(like_info, lang, source, temps[0]),
+                     bpe=like_info["bpe"])
+                continue
             run_step(Step(stamps, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target], {"subword-nmt": bpe_version}),
                      ["subword-nmt", "apply-bpe", "-c", str(task.codes(lang)), "--num-workers", str(workers),
                       "--input", str(source), "--output", "{out}"], what=f"5/6 apply BPE to {split}.{lang}",
@@ -450,6 +487,10 @@ def main(argv=None) -> None:
     bpe_files = [task.root / "bpe" / f"{split}.{lang}" for split in splits for lang in (src, tgt)]
     tests = ",".join(str(task.root / "bpe" / split) for split in task.test_sets)
     joined = ["--joined-dictionary"] if task.joint else []
+    dictionaries = []
+    if like_info:  # binarised with the folder's dictionaries, unchanged
+        joined = like.dictionary_flags(like_info, src, tgt)
+        dictionaries = [Path(like_info["dicts"][lang]["file"]) for lang in (src, tgt)]
 
     def binarise(temps):
         call(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
@@ -457,8 +498,8 @@ def main(argv=None) -> None:
               "--testpref", tests, "--destdir", temps[0], *joined, "--workers", workers],
              prefix=prefix)
 
-    step("6/6 binarise with fairseq-preprocess", "6/6 binarise", "binarise", bpe_files, [task.data_bin], binarise,
-         joined=bool(joined), src=src, tgt=tgt)
+    step("6/6 binarise with fairseq-preprocess", "6/6 binarise", "binarise", [*bpe_files, *dictionaries],
+         [task.data_bin], binarise, joined=task.joint and not like_info, src=src, tgt=tgt)
 
     if dry:
         log(f"--dry-run: the steps above were listed; nothing was written in {out}")

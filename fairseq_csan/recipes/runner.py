@@ -406,9 +406,9 @@ class Kind:
 TASK = Kind("task", "task.json", {
     "task": "text", "src": "text", "tgt": "text", "merges": "int", "joint_bpe": "flag", "clean_max_len": "int",
     "clean_ratio": "float", "tests": "list", "tokenizer_src": "text", "tokenizer_tgt": "text",
-    "pretokenized": "flag", "test_names": "json", "warnings": "json"}, old="recipe.env")
+    "pretokenized": "flag", "test_names": "json", "warnings": "json", "like": "json"}, old="recipe.env")
 RUN = Kind("run", "run.json", {"arch": "text", "data": "text", "size": "text", "seed": "int", "share": "text",
-                               "tiny": "flag", "made_from": "json"}, old="run.env")
+                               "tiny": "flag", "made_from": "json", "finetuned_from": "json"}, old="run.env")
 EVALUATION = Kind("evaluation", "evaluation.json", {
     "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
     "decoding": "text", "made_from": "json"}, old="evaluation.env")

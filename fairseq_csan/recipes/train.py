@@ -134,6 +134,11 @@ def parser() -> argparse.ArgumentParser:
            "--tensorboard-logdir; needs the logging extra, which scripts/install.sh installs)")
     valued("--wandb", "wandb", "PROJECT", "a project name", "log to Weights & Biases (fairseq's --wandb-project; pip "
            "install wandb first)")
+    valued("--finetune-from", "finetune", "FOLDER", "a model folder", "start from the weights of a model folder "
+           "(recipes.convert's or export's) of --arch: its sizes and variant settings are taken from it (a flag "
+           "after -- that contradicts them is refused), the task must have its dictionaries (prepare files --like "
+           "FOLDER), and the optimizer and schedule start fresh at hparams.json's finetune learning rate and "
+           "warm-up (fairseq's --finetune-from-model)")
     p.add_argument("--dry-run", action="store_true", help="print the exact command (for 8 GPUs unless --gpus is "
                    "given) and exit")
     p.add_argument("--force", action="store_true", help="start the run in --save-dir again from nothing: the files a "
@@ -334,8 +339,16 @@ def model_size(o) -> str:
 
 def share_mode(o, data: Data) -> str:
     """One dictionary for both sides (joint BPE): share every embedding, as Vaswani et al. do;
-    two dictionaries: share the decoder's input and output embeddings only."""
+    two dictionaries: share the decoder's input and output embeddings only. A model folder to
+    start from (--finetune-from) shares as its model does."""
     mode = o.share
+    if getattr(o, "start_from", None) is not None:
+        shape = o.start_from["shape"]
+        theirs = "all" if shape.get("share_all_embeddings") else (
+            "decoder" if shape.get("share_decoder_input_output_embed") else "none")
+        if mode not in ("auto", theirs):
+            raise Refused(f"--share {mode}: the model of --finetune-from {o.finetune} shares {theirs}")
+        return theirs
     if mode == "auto":
         mode = "all" if data.joined else "decoder"
     if mode == "all" and not data.joined:
@@ -352,7 +365,8 @@ def fairseq_arguments(o, layout: Layout, data: Data, hp: dict) -> List[str]:
              "none": []}[share_mode(o, data)]
     # this package's entry point is fairseq-train without fairseq 0.12's --bf16 implying --tpu, and
     # with warm starts from a checkpoint of other settings (fairseq_csan/train.py)
-    warm = any(w.split("=", 1)[0] == "--finetune-from-model" for w in o.extra)
+    tuned_from = getattr(o, "start_from", None)  # train.sh --finetune-from: export.folder_model's account of the folder
+    warm = tuned_from is not None or any(w.split("=", 1)[0] == "--finetune-from-model" for w in o.extra)
     runner = ["python", "-m", "fairseq_csan.train"] if layout.precision == "bf16" or warm else ["fairseq-train"]
     if o.tiny:
         max_update = o.max_update if o.max_update is not None else small["max_update"]
@@ -392,6 +406,14 @@ def fairseq_arguments(o, layout: Layout, data: Data, hp: dict) -> List[str]:
         start = runner[1:] if runner[0] == "python" else ["--no-python"] + runner
         runner = ["torchrun", *rendezvous, "--nproc_per_node", str(layout.procs), *start]
 
+    if tuned_from is not None:  # the folder's shape, its weights, and a fine-tuning's learning rate and warm-up
+        from .export import shape_arguments
+
+        model = shape_arguments(tuned_from["shape"])
+        tune = hp.get("finetune") or json.loads(HPARAMS.read_text(encoding="utf-8"))["finetune"]  # the kit's
+        lr = f"{float(lr) * tune['lr_factor']:.3g}"
+        warmup = max(1, int(warmup * tune["warmup_factor"]))
+        hw += ["--finetune-from-model", str(tuned_from["checkpoint"])]
     logging = []
     if o.tensorboard:
         logging += ["--tensorboard-logdir", o.tensorboard]
@@ -415,6 +437,7 @@ def build(o) -> dict:
     """Check the options and build the command: a plan with cmd, identity, log and lock paths."""
     check_options(o)
     data = read_data(o.data)
+    o.start_from = start_from(o, data) if o.finetune else None
     hp = read_hparams(o.hparams)
     papers = hp["all_sizes"]["gpus"]
     visible = None
@@ -429,11 +452,46 @@ def build(o) -> dict:
     # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
     suffix = f".node{o.node_rank}" if o.node_rank else ""
     save = Path(o.save)
+    start = o.start_from
     identity = RUN.typed(dict(arch=o.arch, data=str(data.binary), size=model_size(o), seed=o.seed,
-                              share=share_mode(o, data), tiny=o.tiny))
+                              share=share_mode(o, data), tiny=o.tiny,
+                              **({"finetuned_from": {"folder": str(Path(o.finetune).resolve()), "model.pt": start["sha256"]}}
+                                 if start else {})))
     return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, identity=identity,
                 rank0=not o.node_rank, one_machine=layout.nodes == 1, log=save / f"train{suffix}.log",
                 part=f"node{o.node_rank}" if o.node_rank else None)
+
+
+def start_from(o, data: Data) -> dict:
+    """--finetune-from FOLDER: the folder's model (export.folder_model), checked against the
+    options and the task: the same --arch, the task's dictionaries (prepare files --like FOLDER
+    made them), no flag after -- that gives the model another shape, no --size or warm start of
+    another checkpoint."""
+    from .export import ExportError, contradictions, dictionary_words, folder_model
+
+    if o.size:
+        raise Refused(f"--size sets a model's dimensions; --finetune-from {o.finetune} takes them from its model")
+    if any(w.split("=", 1)[0] in ("--finetune-from-model", "--restore-file") for w in o.extra):
+        raise Refused("--finetune-from-model and --restore-file after -- start from another checkpoint than "
+                      f"--finetune-from {o.finetune}: give one of them")
+    try:
+        start = folder_model(Path(o.finetune))
+    except ExportError as e:
+        raise Refused(f"--finetune-from: {e}")
+    if start["arch"] != o.arch:
+        raise Refused(f"--finetune-from {o.finetune} holds a model of --arch {start['arch']}, not {o.arch}: give "
+                      f"--arch {start['arch']}, or convert it to {o.arch} first (python -m fairseq_csan.recipes.convert)")
+    if (start["src"], start["tgt"]) != (data.src, data.tgt):
+        raise Refused(f"--finetune-from {o.finetune} translates {start['src']}-{start['tgt']}, {o.data} is "
+                      f"{data.src}-{data.tgt}")
+    for lang, path in start["dicts"].items():
+        if dictionary_words(path) != dictionary_words(data.binary / f"dict.{lang}.txt"):
+            raise Refused(f"{data.binary}/dict.{lang}.txt is not the dictionary of --finetune-from {o.finetune}: "
+                          f"prepare the corpus with its vocabulary (prepare files ... --like {o.finetune})")
+    found = contradictions(start["shape"], o.extra)
+    if found:
+        raise Refused(f"{found[0]} after --: the model's shape comes from --finetune-from {o.finetune}; leave it out")
+    return start
 
 
 def with_overrides(command: List[str], extra: List[str]) -> List[str]:

@@ -102,9 +102,9 @@ def load(args):
         except DamagedModelFolder as error:  # a checkpoint inside a model folder: the folder is checked
             raise SystemExit(f"translate: {error}")
         hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
-    if getattr(hub.cfg.tokenizer, "_name", None) != "csan_recipe":
-        raise SystemExit(f"translate: {args.model} has no recipe tokenizer in its configuration; export it with "
-                         "python -m fairseq_csan.recipes.export")
+    if not getattr(hub.cfg.tokenizer, "_name", None) or not getattr(hub.cfg.bpe, "_name", None):
+        raise SystemExit(f"translate: {args.model} names no tokenizer or BPE in its configuration; export it with "
+                         "python -m fairseq_csan.recipes.export, or give them to recipes.convert (--tokenizer, --bpe)")
     with open_dict(hub.cfg):
         hub.cfg.dataset.batch_size = args.batch_size
         hub.cfg.dataset.max_tokens = None

@@ -1,0 +1,327 @@
+"""Convert a trained fairseq Transformer model folder into a model folder of one of the plugin's
+architectures, to fine-tune it instead of training from scratch.
+
+usage: python -m fairseq_csan.recipes.convert --model SRC --arch ARCH [VARIANT FLAGS] --out DST
+           [--checkpoint model.pt] [--tokenizer NAME] [--bpe NAME] [--seed 1] [--force]
+
+SRC is a model folder of fairseq's own Transformer: one that export wrote, or one of fairseq's
+published translation models (transformer.wmt16.en-de, transformer.wmt14.en-fr,
+transformer.wmt19.de-en: give --checkpoint model1.pt where it holds an ensemble). Every size
+(dimensions, layers, heads, FFN widths, pre- or post-norm, shared embeddings) is taken from the
+checkpoint's own configuration, never from an architecture name, so a model that no named
+architecture describes (WMT19's encoder FFN of 8192) converts as it is. A checkpoint in
+fairseq's older form (an ``args`` Namespace, no ``cfg``) is read through fairseq's own upgrade.
+ARCH is one of the plugin's architectures (transformer_csan1d, transformer_csan2d,
+transformer_ctxaware, the baselines ...); VARIANT FLAGS are that architecture's own flags
+(--csan-window 11 --csan-heads 3, --ctx-type deep, --csan-layers 3 ...), each checked as
+fairseq-train checks it.
+
+Every weight of the Transformer is copied. What the variant adds starts as follows (each
+module's ``start_as_standard``), and export.json says which parameters and how:
+
+- 1D/2D-CSAN, BI_DIRECT: nothing is added; the attention is restricted to its window or
+  direction. With a window that covers every sentence and one head (--csan-heads 1) the model
+  is its source, token for token.
+- context-aware (eqs. 5-6): U_Q, U_K and the gate vectors zero and the gated projections
+  doubled, so that each gate is 1/2 and Q^ = Q, K^ = K: the converted model translates exactly
+  as its source, and fine-tuning moves the gates from there.
+- REL_POS: the tables w^K and w^V zero, so it starts as the standard attention.
+- NEIGHBOR, LOCAL_HARD, LOCAL_SOFT, BLOCK, CNNs: their new parameters keep the variant's usual
+  initial values (drawn with --seed); the model then computes something else until fine-tuned.
+
+A published folder's checkpoint may name no tokenizer or BPE (fairseq's hub leaves them to the
+caller: ``tokenizer='moses', bpe='subword_nmt'``, or ``bpe='fastbpe'`` for WMT19); give them
+with --tokenizer and --bpe, and they are kept in DST for translate.py, the hub and prepare --like.
+
+DST gets model.pt (without optimizer state), the source's dictionaries and BPE files unchanged,
+its tokenizer and BPE settings, the recipe's decoding settings (decoding.py) and export.json:
+the source checkpoint's SHA-256, the conversion, the settings and the SHA-256 of every file (the
+seal that translate.py and from_pretrained check). As with export, a DST that this command or
+export did not write is never replaced, one holding another model only with --force, and a DST
+that is, holds or lies inside SRC is refused.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from . import decoding
+from .export import BPE_FILES, ExportError, hub_settings, replace_folder, written_by_export
+from .runner import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
+
+PREFIX = "python -m fairseq_csan.recipes.convert"
+
+
+class ConvertError(Exception):
+    pass
+
+
+def variant_flags():
+    """The flags the plugin's models add to fairseq's Transformer (argparse actions), but
+    --encoder-self-attention, which --arch sets."""
+    from fairseq.models.transformer import TransformerModel
+
+    from fairseq_csan.models.variant_transformer import VariantTransformerModel
+
+    theirs, ours = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    TransformerModel.add_args(theirs)
+    VariantTransformerModel.add_args(ours)
+    known = {o for a in theirs._actions for o in a.option_strings}
+    return [a for a in ours._actions if a.option_strings and not set(a.option_strings) & known
+            and a.dest != "encoder_self_attention"]
+
+
+def parse_variant(argv):
+    """The variant flags given (dest -> value); any other flag is refused, naming it."""
+    actions = variant_flags()
+    parser = argparse.ArgumentParser(prog=PREFIX, add_help=False)
+    for a in actions:
+        parser._add_action(a)
+    try:
+        given, unknown = parser.parse_known_args(argv)
+    except SystemExit:
+        raise ConvertError(f"a variant flag has a bad value: {' '.join(argv)} (see {PREFIX} --help)") from None
+    if unknown:
+        raise ConvertError(
+            f"{unknown[0]} is not a flag of convert: the model's sizes come from its checkpoint, and the flags that "
+            f"set the variant are {', '.join(sorted(a.option_strings[0] for a in actions))}")
+    return {k: v for k, v in vars(given).items() if v is not None}
+
+
+def plugin_architecture(arch: str):
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_csan  # noqa: F401
+    from fairseq_csan.models.variant_transformer import VariantTransformerModel
+
+    ours = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if isinstance(m, type) and issubclass(m, VariantTransformerModel)
+                  and a != "transformer_variant")
+    if arch not in ours:
+        raise ConvertError(f"--arch {arch} is not one of the plugin's architectures; allowed: {', '.join(ours)}")
+    return ARCH_MODEL_REGISTRY[arch]
+
+
+def read_source(folder: Path, name: str):
+    """The source checkpoint, its configuration upgraded to fairseq's current form, and its
+    model checked to be fairseq's own Transformer."""
+    from fairseq import checkpoint_utils
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq.models.transformer import TransformerModel
+
+    from fairseq_csan.model_folder import DamagedModelFolder, verify
+    from fairseq_csan.models.variant_transformer import VariantTransformerModel
+
+    if not folder.is_dir():
+        raise ConvertError(f"--model {folder} is not a folder")
+    checkpoint = folder / name
+    if not checkpoint.is_file():
+        found = sorted(p.name for p in folder.glob("*.pt"))
+        raise ConvertError(f"--model {folder} has no {name}" + (f"; it has {', '.join(found)}: give one with --checkpoint"
+                                                                 if found else ""))
+    try:
+        verify(folder)
+    except DamagedModelFolder as error:
+        raise ConvertError(str(error)) from None
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides={"data": str(folder)})
+    except Exception as error:  # a damaged or foreign file: say which
+        raise ConvertError(f"cannot read {checkpoint}: {type(error).__name__}: {error}") from None
+    cfg = state.get("cfg")
+    model_cfg = None if cfg is None else cfg.get("model")
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    cls = ARCH_MODEL_REGISTRY.get(arch)
+    if cls is None or not issubclass(cls, TransformerModel) or issubclass(cls, VariantTransformerModel):
+        what = "a model of the plugin already (fine-tune it as it is)" if cls and issubclass(cls, VariantTransformerModel) \
+            else "not a fairseq Transformer"
+        raise ConvertError(f"{checkpoint} holds --arch {arch}: {what}; convert takes a model of fairseq's own "
+                           "transformer architectures (transformer, transformer_wmt_en_de_big, ...)")
+    for lang in (cfg.task.source_lang, cfg.task.target_lang):
+        if not (folder / f"dict.{lang}.txt").is_file():
+            raise ConvertError(f"--model {folder} has no dict.{lang}.txt (its checkpoint translates "
+                               f"{cfg.task.source_lang}-{cfg.task.target_lang})")
+    return checkpoint, state
+
+
+def build_converted(state: dict, arch: str, flags: dict, seed: int):
+    """The converted model, its configuration, its new parameters and how each module's start
+    (``start_as_standard``): the source's weights copied, through fairseq's own loader and upgrades."""
+    import copy
+
+    import torch
+    from fairseq import tasks
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+    from omegaconf import OmegaConf
+
+    cfg = state["cfg"]
+    task = tasks.setup_task(cfg.task)
+    source = task.build_model(cfg.model)
+    source.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)  # fairseq's upgrades, then every weight
+    args = copy.deepcopy(cfg.model) if isinstance(cfg.model, argparse.Namespace) else argparse.Namespace(
+        **OmegaConf.to_container(cfg.model, resolve=True))  # the older form, upgraded: a config, not a Namespace
+    args.arch = args._name = arch
+    for dest, value in flags.items():
+        setattr(args, dest, value)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(seed)  # the variant's own initial values, where it keeps them
+    try:
+        model = plugin_architecture(arch).build_model(args, task)
+    except ValueError as error:  # a setting the model refuses, named by its flag
+        raise ConvertError(str(error)) from None
+    theirs, ours = source.state_dict(), model.state_dict()
+    missing = sorted(set(theirs) - set(ours))
+    if missing:
+        raise ConvertError(f"--arch {arch} has no place for the source's {', '.join(missing[:3])}")
+    for k, v in theirs.items():
+        if ours[k].shape != v.shape:
+            raise ConvertError(f"the source's {k} is {tuple(v.shape)}, --arch {arch} makes it {tuple(ours[k].shape)}")
+        ours[k] = v
+    torch.nn.Module.load_state_dict(model, ours)  # the converted model's own settings buffer included
+    starts = {}
+    for name, module in model.named_modules():
+        how = module.start_as_standard() if hasattr(module, "start_as_standard") else None
+        if how:
+            starts.setdefault(how, []).append(name)
+    added = sorted(k for k in ours if k not in theirs and not k.endswith(model.SETTINGS_KEY))
+    return model, args, added, starts
+
+
+def name_hub_settings(cfg, given: dict) -> None:
+    """The tokenizer and BPE given to convert (--tokenizer, --bpe) put into ``cfg`` where the
+    source's checkpoint names none (fairseq's published models leave them to the caller of
+    from_pretrained); one that contradicts what it names is refused."""
+    from omegaconf import open_dict
+
+    named = hub_settings(cfg)
+    for what, name in given.items():
+        if name is None:
+            continue
+        if named[what] and named[what] != name:
+            raise ConvertError(f"--{what} {name}: the source's checkpoint names --{what} {named[what]}; leave it out")
+        if not named[what]:
+            with open_dict(cfg):
+                own = {"source_lang": cfg.task.source_lang, "target_lang": cfg.task.target_lang} if what == "tokenizer" \
+                    else {"bpe_codes": "bpecodes"} if name in ("subword_nmt", "fastbpe") else {}  # the hub finds the file
+                cfg[what] = {"_name": name, **own}
+                if isinstance(cfg.model, argparse.Namespace):
+                    setattr(cfg.model, what, name)
+                else:
+                    cfg.model[what] = name
+
+
+def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: str, flags: dict, seed: int, folder: Path):
+    import torch
+    from omegaconf import OmegaConf, open_dict
+
+    from fairseq_csan.model_folder import sha256
+    from fairseq_csan.modules.registry import get_self_attention, model_defining_flags
+
+    cfg = state["cfg"]
+    source_arch = cfg.model.arch
+    model, args, added, starts = build_converted(state, arch, flags, seed)
+    args.data = "."
+    with open_dict(cfg):
+        cfg.task.data = "."
+        cfg.common.user_dir = None
+        for key, value in {**decoding.generation_overrides(), "batch_size": decoding.BATCH_SIZE}.items():
+            group = "dataset" if key == "batch_size" else "generation"
+            cfg[group][key] = value
+        cfg.dataset.max_tokens = None
+    saved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # as fairseq saves it, the model's Namespace in it
+    saved["model"] = args
+    out = {"cfg": saved, "args": None, "model": model.state_dict(),
+           "criterion": state.get("criterion"), "optimizer_history": state.get("optimizer_history") or [],
+           "task_state": state.get("task_state") or {}, "extra_state": {"converted": True}, "last_optimizer_state": None}
+    torch.save(out, folder / "model.pt")
+    src, tgt = cfg.task.source_lang, cfg.task.target_lang
+    for name in [f"dict.{src}.txt", f"dict.{tgt}.txt", *BPE_FILES]:
+        if (source_folder / name).is_file():
+            shutil.copyfile(source_folder / name, folder / name)
+    variant = get_self_attention(args.encoder_self_attention)
+    settings = {f: getattr(args, f, None) for f in ["encoder_self_attention", "csan_layers", "ctx_type", "ctx_side",
+                                                   "ctx_gate", *model_defining_flags(variant)]}
+    sizes = {f: getattr(args, f, None) for f in (
+        "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads", "decoder_embed_dim",
+        "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads", "encoder_normalize_before",
+        "decoder_normalize_before", "share_all_embeddings", "share_decoder_input_output_embed")}
+    hub = hub_settings(cfg)
+    about = {
+        "source_lang": src, "target_lang": tgt, "arch": arch,
+        "converted_from": {"folder": str(source_folder.resolve()), "checkpoint": checkpoint.name,
+                           "sha256": sha256(checkpoint), "arch": source_arch},
+        "settings": settings, "sizes": sizes, "seed": seed,
+        "new_parameters": {"count": len(added), "names": added,
+                           "start": [{"how": how, "modules": names} for how, names in starts.items()]
+                           or ("none: the variant adds no parameter" if not added else
+                               "the variant's usual initial values (seeded by --seed)")},
+        **hub,
+        **decoding.generation_overrides(),
+    }
+    about["files"] = {p.name: sha256(p) for p in sorted(folder.iterdir())}
+    (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
+    return about
+
+
+def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: str = "model.pt", seed: int = 1,
+            force: bool = False, hub: dict = None) -> str:
+    import fairseq_csan  # noqa: F401  (our architectures and the loading fixes)
+
+    plugin_architecture(arch)
+    if out.exists() and not out.is_dir():
+        raise ConvertError(f"--out {out} exists and is not a folder")
+    try:
+        refuse_overlaps({"--out": out}, {"--model": source})
+        if source.exists():
+            refuse_overlaps({"--model": source}, {"--out": out})  # an --out that holds the source
+    except Refusal as error:
+        raise ConvertError(str(error)) from None
+    checkpoint, state = read_source(source, checkpoint_name)
+    name_hub_settings(state["cfg"], hub or {})
+    if out.is_dir() and any(out.iterdir()) and not written_by_export(out):
+        raise ConvertError(f"{out} is not a model folder that convert or export wrote (it holds "
+                           f"{listing(foreign_files(out, []))}); give another --out (nothing was changed)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = WriterLock(out, folder=False, what="convert").acquire()
+    except Refusal as error:
+        raise ConvertError(str(error)) from None
+    try:
+        return replace_folder(out, lambda folder: write_converted(source, checkpoint, state, arch, flags, seed, folder),
+                              force, by="convert")
+    except ExportError as error:
+        raise ConvertError(str(error)) from None
+    finally:
+        lock.release()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog=PREFIX, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p.add_argument("--model", required=True, type=Path, help="the Transformer's model folder (model.pt, dict.*.txt, bpecodes)")
+    p.add_argument("--arch", required=True, help="the architecture to convert to, e.g. transformer_csan2d")
+    p.add_argument("--out", required=True, type=Path, help="the model folder to write")
+    p.add_argument("--checkpoint", default="model.pt", help="the checkpoint file inside --model (default: model.pt)")
+    p.add_argument("--tokenizer", help="the tokenizer the model was trained with (fairseq's name: moses, ...), where "
+                   "its checkpoint names none, as fairseq's published models; kept for translate.py, the hub and "
+                   "prepare --like")
+    p.add_argument("--bpe", help="its BPE kind (subword_nmt for transformer.wmt16/wmt14, fastbpe for wmt19), likewise")
+    p.add_argument("--seed", type=int, default=1, help="seed of the initial values a variant keeps (default: 1)")
+    p.add_argument("--force", action="store_true", help="replace a different model folder that convert or export wrote")
+    args, rest = p.parse_known_args(argv)
+    try:
+        flags = parse_variant(rest)
+        how = convert(args.model, args.arch, flags, args.out, args.checkpoint, args.seed, args.force,
+                      {"tokenizer": args.tokenizer, "bpe": args.bpe})
+    except ConvertError as error:
+        p.error(str(error))
+    print(f"[convert] {args.out}: {how} (--arch {args.arch} from {args.model}; fine-tune with scripts/train.sh "
+          f"--finetune-from {args.out}, or translate with python -m fairseq_csan.recipes.translate --model {args.out})",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    from .runner import as_command
+
+    as_command(main)

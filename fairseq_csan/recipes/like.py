@@ -1,0 +1,97 @@
+"""A corpus in a model folder's own vocabulary: ``prepare files ... --like FOLDER``.
+
+To fine-tune a trained model (one of fairseq's published translation models, a folder that
+export or recipes.convert wrote) the corpus must be cut as its training data was: tokenised by
+the folder's tokenizer, split by its BPE with its codes, and binarised with its dictionaries
+unchanged. This module reads those settings from the folder's checkpoint (its ``tokenizer`` and
+``bpe`` as fairseq's hub interface uses them) and applies them through fairseq's own encoder
+registry (``fairseq.data.encoders``: moses, csan_recipe, subword_nmt, fastbpe, sentencepiece,
+...), so each line is made exactly as ``from_pretrained(FOLDER).translate`` makes it; prepare
+then binarises with fairseq-preprocess ``--srcdict/--tgtdict`` (:func:`dictionary_flags`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+# the folder's BPE file -> the fairseq option that names it (as hub_utils.from_pretrained maps them)
+# (codes files only: export and translate.py pass a task's BPE as --bpe-codes)
+BPE_OPTION = {"bpecodes": "bpe_codes", "code": "bpe_codes"}
+
+
+class LikeError(Exception):
+    """A --like folder that cannot give the corpus its vocabulary; the message says why."""
+
+
+def read(folder: Path, src: str, tgt: str) -> dict:
+    """What --like FOLDER takes from the folder, for task.json's ``like``: the folder, its
+    checkpoint's SHA-256, tokenizer, BPE kind, BPE file and dictionaries. Refused: a damaged
+    folder, another language pair, no BPE file, no tokenizer or BPE named by the checkpoint."""
+    from fairseq_csan.model_folder import sha256
+
+    from .export import ExportError, folder_model
+
+    try:
+        model = folder_model(folder)
+    except ExportError as error:
+        raise LikeError(f"--like: {error}") from None
+    if (model["src"], model["tgt"]) != (src, tgt):
+        raise LikeError(f"--like {folder} translates {model['src']}-{model['tgt']}; this corpus is {src}-{tgt} "
+                        "(--src/--tgt)")
+    codes = [name for name in BPE_OPTION if (folder / name).is_file()]
+    if not codes:
+        raise LikeError(f"--like {folder} has no BPE codes ({' or '.join(BPE_OPTION)}): the corpus cannot be split "
+                        "as the model's training data was")
+    hub = model["hub"]
+    for what in ("tokenizer", "bpe"):
+        if not hub.get(what):
+            raise LikeError(f"--like {folder}: its checkpoint names no {what}; convert it with --{what} NAME (the one "
+                            "its model was trained with, e.g. --tokenizer moses --bpe subword_nmt)")
+    return {"folder": str(folder.resolve()), "model.pt": model["sha256"], "tokenizer": hub["tokenizer"],
+            "pretokenized": bool(hub.get("pretokenized")), "bpe": hub["bpe"], "bpe_file": codes[0],
+            "dicts": {lang: {"file": str(path.resolve()), "sha256": sha256(path)} for lang, path in model["dicts"].items()}}
+
+
+def _encoders(like: dict, lang: str):
+    from argparse import Namespace
+
+    from fairseq.data import encoders
+
+    from fairseq_csan import register
+
+    register()  # --tokenizer csan_recipe is ours
+    folder = Path(like["folder"])
+    tokenizer = encoders.build_tokenizer(Namespace(tokenizer=like["tokenizer"], source_lang=lang, target_lang=lang,
+                                                   moses_source_lang=lang, moses_target_lang=lang,
+                                                   pretokenized=like["pretokenized"]))
+    try:
+        bpe = encoders.build_bpe(Namespace(bpe=like["bpe"], **{BPE_OPTION[like["bpe_file"]]: str(folder / like["bpe_file"])}))
+    except ImportError as error:  # fastBPE, sentencepiece: packages of their own
+        raise LikeError(f"--like {folder} splits with --bpe {like['bpe']}: {error}") from None
+    return tokenizer, bpe
+
+
+def tokenize_file(like: dict, lang: str, source: Path, target: Path) -> None:
+    """``source`` (raw, one sentence a line) tokenised by the folder's tokenizer into ``target``."""
+    from .text import iter_lines
+
+    tokenizer, _ = _encoders(like, lang)
+    with open(target, "w", encoding="utf-8") as out:
+        for line in iter_lines(source):
+            out.write((tokenizer.encode(line) if tokenizer is not None and line.strip() else line.strip()) + "\n")
+
+
+def bpe_file(like: dict, lang: str, source: Path, target: Path) -> None:
+    """``source`` (tokenised) split by the folder's BPE into ``target``."""
+    from .text import iter_lines
+
+    _, bpe = _encoders(like, lang)
+    with open(target, "w", encoding="utf-8") as out:
+        for line in iter_lines(source):
+            out.write((bpe.encode(line) if line.strip() else "") + "\n")
+
+
+def dictionary_flags(like: dict, src: str, tgt: str) -> list:
+    """fairseq-preprocess's words that binarise with the folder's dictionaries unchanged."""
+    return ["--srcdict", like["dicts"][src]["file"], "--tgtdict", like["dicts"][tgt]["file"]]
