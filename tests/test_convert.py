@@ -5,7 +5,6 @@ after it (docs/recipes.md, Start from a trained Transformer)."""
 import json
 import shutil
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
 import torch
@@ -160,7 +159,7 @@ def test_refusals_name_the_problem_and_change_nothing(source, tree, tmp_path, ca
         assert refusal and message in refusal, (argv, refusal)
         assert not (tmp_path / "out").exists()
     for out, message in ((folder, "--out"), (folder / "inside", "--out"), (folder.parent, "--model"),
-                         (user, "is not a model folder that convert or export wrote")):
+                         (user, "is not a model folder that convert wrote")):
         refusal = refusal_of(command.main, ["--model", folder, "--arch", "transformer_csan1d", "--out", out], capsys)
         assert refusal and message in refusal, (out, refusal)
     assert [p.name for p in user.iterdir()] == ["notes.txt"] and not (folder / "inside").exists()
@@ -172,69 +171,71 @@ def test_refusals_name_the_problem_and_change_nothing(source, tree, tmp_path, ca
 
 
 @pytest.mark.slow
-def test_a_converted_model_is_scored_fine_tuned_exported_and_translated(source, tiny_task, tmp_path, capsys):
-    """The three commands of docs/recipes.md: convert, prepare files --like (the corpus cut as the
-    source's own data was: the same binarised test set as the recipe's preparation), evaluate.sh
-    --model before fine-tuning (the source's score, as the conversion equals it), train.sh
-    --finetune-from for a few updates (its sizes from the folder, its weights loaded), evaluate.sh
-    on the run, export and translate.py; and the refusals of each."""
-    from recipe_helpers import refusal_of
+def test_the_multi30k_example_converts_fine_tunes_and_scores_then_export_and_translation_follow(
+        source, tiny_task, tmp_path, capsys):
+    """examples/multi30k/convert.sh, the three commands of docs/recipes.md in a row: prepare files
+    --like (the corpus cut as the source's own data was: the recipe's own dictionaries and test set,
+    byte for byte), convert, evaluate.sh --model before fine-tuning (the context-aware conversion
+    gives its source's translations), train.sh --finetune-from (sizes from the folder, its weights
+    loaded, 16 updates) and evaluate.sh with the bootstrap, one table; then export and translate.py
+    on a fine-tuned model, and the refusals of each command."""
+    from recipe_helpers import refusal_of, write
 
     from fairseq_csan.recipes import evaluate, prepare
 
-    folder, task = tmp_path / "ctxaware", tmp_path / "task"
-    convert(source["folder"], folder, "--arch", "transformer_ctxaware")
-    raw = source["task"] / "raw"
-    files = ["--src", "en", "--tgt", "de", "--train", raw / "train", "--valid", raw / "valid", "--test", raw / "test"]
-    assert refusal_of(prepare.main, ["files", *files, "--out", task, "--like", folder, "--merges", 100], capsys).endswith(
-        "leave out --merges")
+    raw, work = tmp_path / "multi30k_raw", tmp_path / "work"
+    for ours, theirs in (("train", "train"), ("val", "valid"), ("test_2016_flickr", "test")):
+        for lang in ("en", "de"):
+            write(raw / f"{ours}.{lang}", lines(source["task"] / "raw" / f"{theirs}.{lang}"))
+    task, ctx = work / "task", work / "models/transformer_ctxaware"
+    files = ["--src", "en", "--tgt", "de", "--train", raw / "train", "--valid", raw / "val", "--test", raw / "test_2016_flickr"]
+    assert refusal_of(prepare.main, ["files", *files, "--out", task, "--like", source["folder"], "--merges", 100],
+                      capsys).endswith("leave out --merges")
     bare = tmp_path / "no_codes"  # a folder of weights and dictionaries, no BPE codes
     bare.mkdir()
     for name in ("model.pt", "dict.en.txt", "dict.de.txt"):
-        shutil.copyfile(folder / name, bare / name)
+        shutil.copyfile(source["folder"] / name, bare / name)
     assert "has no BPE codes" in refusal_of(prepare.main, ["files", *files, "--out", task, "--like", bare], capsys)
     assert "translates en-de; this corpus is de-en" in refusal_of(
-        prepare.main, ["files", "--src", "de", "--tgt", "en", *files[4:], "--out", task, "--like", folder], capsys)
+        prepare.main, ["files", "--src", "de", "--tgt", "en", *files[4:], "--out", task, "--like", source["folder"]], capsys)
     assert not task.exists()
-    run(["python", "-m", "fairseq_csan.recipes.prepare", "files", *files, "--out", task, "--like", folder])
+
+    run(["bash", "examples/multi30k/convert.sh", "--model", source["folder"], "--raw-dir", raw, "--work", work,
+         "--updates", 16, "--seeds", 1, "--archs", "transformer_ctxaware", "--cpu"])
     record = json.loads((task / "task.json").read_text())
-    assert record["like"]["folder"] == str(folder.resolve()) and record["like"]["tokenizer"] == "csan_recipe"
+    assert record["like"]["folder"] == str(source["folder"].resolve()) and record["like"]["tokenizer"] == "csan_recipe"
     for name in ("dict.en.txt", "dict.de.txt", "test.en-de.en.bin", "test.en-de.de.bin"):
         assert (task / "data-bin" / name).read_bytes() == (source["task"] / "data-bin" / name).read_bytes(), name
-
-    recipe_main("evaluate", "--data", task, "--model", source["folder"], "--out", tmp_path / "ev_source", "--cpu", check=True)
-    recipe_main("evaluate", "--data", task, "--model", folder, "--out", tmp_path / "ev_converted", "--cpu", check=True)
-    hyps = [(tmp_path / ev / "hyp.detok").read_text() for ev in ("ev_source", "ev_converted")]
-    assert hyps[0] == hyps[1]
-    other = refusal_of(evaluate.main, ["--data", tiny_task["task"], "--model", folder, "--out", tmp_path / "x", "--cpu"],
-                       capsys)
-    assert "is not the dictionary of --model" in other and not (tmp_path / "x").exists()
-
-    save = tmp_path / "ck"
-    train = ["bash", "scripts/train.sh", "--data", task, "--save-dir", save, "--cpu-tiny", "--finetune-from", folder]
-    for arch, extra, message in (("transformer_csan2d", [], "holds a model of --arch transformer_ctxaware"),
-                                 ("transformer_ctxaware", ["--", "--encoder-layers", "6"],
-                                  "--encoder-layers 6 (the folder's model: 3) after --")):
-        refused = run([*train[:-2], "--arch", arch, *train[-2:], *extra], check=False)
-        assert refused.returncode == 2 and message in refused.stderr, refused.stderr[-2000:]
-    refused = run(["bash", "scripts/train.sh", "--data", tiny_task["task"], "--save-dir", save, "--cpu-tiny",
-                   "--arch", "transformer_ctxaware", "--finetune-from", folder], check=False)
-    assert refused.returncode == 2 and "prepare files ... --like" in refused.stderr
-    assert not save.exists() or not any(save.glob("*.pt"))
-    done = run([*train, "--arch", "transformer_ctxaware", "--max-update", 4])
+    before = [(work / "eval/before" / arch / "hyp.detok").read_text() for arch in ("transformer", "transformer_ctxaware")]
+    assert before[0] == before[1]
+    table = (work / "sacrebleu.md").read_text()
+    for arch in ("transformer", "transformer_ctxaware"):
+        assert f"| {arch}, before |" in table and f"| {arch}, seed 1 |" in table
+    assert "csan1d" not in table  # --archs: the conversions asked for
+    save = work / "checkpoints/transformer_ctxaware.seed1"
     log = (save / "train.log").read_text()
-    assert done.returncode == 0 and "warm start from" in log and "keep their initial values" not in log
-    assert "--encoder-layers 3" in (save / "train_command.sh").read_text()
-    assert json.loads((save / "run.json").read_text())["finetuned_from"]["folder"] == str(folder.resolve())
+    assert "warm start from" in log and "keep their initial values" not in log
+    assert "--encoder-layers 3" in (save / "train_command.sh").read_text()  # the folder's, not --cpu-tiny's
+    assert json.loads((save / "run.json").read_text())["finetuned_from"]["folder"] == str(ctx.resolve())
     tuned = torch.load(save / "checkpoint_last.pt", weights_only=False)["model"]
-    start = torch.load(folder / "model.pt", weights_only=False)["model"]
-    assert tuned.keys() == start.keys()
-    assert any(not torch.equal(tuned[k], start[k]) for k in start)  # it trained
-    recipe_main("evaluate", "--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", tmp_path / "ev", "--cpu",
-                check=True)
-    recipe_main("export", "--data", task, "--checkpoint", save / "checkpoint_last.pt", "--out", tmp_path / "model",
-                check=True)
-    translated = recipe_main("translate", "--model", tmp_path / "model", "--input", task / "raw/test.en", "--output",
-                             tmp_path / "test.de", "--cpu", check=True)
-    assert translated.returncode == 0
-    assert (tmp_path / "test.de").read_text() == (tmp_path / "ev/hyp.detok").read_text()
+    start = torch.load(ctx / "model.pt", weights_only=False)["model"]
+    assert tuned.keys() == start.keys() and any(not torch.equal(tuned[k], start[k]) for k in start)  # it trained
+
+    ev = work / "eval/transformer_ctxaware.seed1"
+    recipe_main("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", tmp_path / "model", check=True)
+    recipe_main("translate", "--model", tmp_path / "model", "--input", task / "raw/test.en", "--output",
+                tmp_path / "test.de", "--cpu", check=True)
+    assert (tmp_path / "test.de").read_text() == (ev / "hyp.detok").read_text()
+
+    other = refusal_of(evaluate.main, ["--data", tiny_task["task"], "--model", ctx, "--out", tmp_path / "x", "--cpu"], capsys)
+    assert "is not the dictionary of --model" in other and not (tmp_path / "x").exists()
+    train = ["--save-dir", tmp_path / "ck", "--cpu-tiny", "--finetune-from", ctx]
+    for data, arch, extra, message in (
+            (task, "transformer_csan2d", [], "holds a model of --arch transformer_ctxaware"),
+            (task, "transformer_ctxaware", ["--size", "big"], "--size"),
+            (task, "transformer_ctxaware", ["--", "--encoder-layers", "6"], "--encoder-layers 6 (the folder's model: 3) after --"),
+            (task, "transformer_ctxaware", ["--", "--encoder-normalize-before"], "--encoder-normalize-before (the folder's model: off)"),
+            (tiny_task["task"], "transformer_ctxaware", [], "prepare files ... --like")):
+        refused = recipe_main("train", "--data", data, "--arch", arch, *train, *extra)  # its main; its door ran above
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr[-2000:]
+    assert not (tmp_path / "ck").exists() or not any((tmp_path / "ck").glob("*.pt"))

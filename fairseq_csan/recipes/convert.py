@@ -48,8 +48,8 @@ import sys
 from pathlib import Path
 
 from . import decoding
-from .export import BPE_FILES, ExportError, hub_settings, replace_folder, written_by_export
-from .runner import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
+from .export import BPE_FILES, ExportError, hub_settings, write_model_folder
+from .runner import Refusal, refuse_overlaps
 
 PREFIX = "python -m fairseq_csan.recipes.convert"
 
@@ -73,21 +73,9 @@ def variant_flags():
             and a.dest != "encoder_self_attention"]
 
 
-def parse_variant(argv):
-    """The variant flags given (dest -> value); any other flag is refused, naming it."""
-    actions = variant_flags()
-    parser = argparse.ArgumentParser(prog=PREFIX, add_help=False)
-    for a in actions:
-        parser._add_action(a)
-    try:
-        given, unknown = parser.parse_known_args(argv)
-    except SystemExit:
-        raise ConvertError(f"a variant flag has a bad value: {' '.join(argv)} (see {PREFIX} --help)") from None
-    if unknown:
-        raise ConvertError(
-            f"{unknown[0]} is not a flag of convert: the model's sizes come from its checkpoint, and the flags that "
-            f"set the variant are {', '.join(sorted(a.option_strings[0] for a in actions))}")
-    return {k: v for k, v in vars(given).items() if v is not None}
+def unknown_flag(word: str, actions) -> str:
+    return (f"{word} is not a flag of convert: the model's sizes come from its checkpoint, and the flags that set the "
+            f"variant are {', '.join(sorted(a.option_strings[0] for a in actions))}")
 
 
 def plugin_architecture(arch: str):
@@ -278,21 +266,11 @@ def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: st
         raise ConvertError(str(error)) from None
     checkpoint, state = read_source(source, checkpoint_name)
     name_hub_settings(state["cfg"], hub or {})
-    if out.is_dir() and any(out.iterdir()) and not written_by_export(out):
-        raise ConvertError(f"{out} is not a model folder that convert or export wrote (it holds "
-                           f"{listing(foreign_files(out, []))}); give another --out (nothing was changed)")
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        lock = WriterLock(out, folder=False, what="convert").acquire()
-    except Refusal as error:
-        raise ConvertError(str(error)) from None
-    try:
-        return replace_folder(out, lambda folder: write_converted(source, checkpoint, state, arch, flags, seed, folder),
-                              force, by="convert")
+        return write_model_folder(out, lambda folder: write_converted(source, checkpoint, state, arch, flags, seed, folder),
+                                  force, by="convert")
     except ExportError as error:
         raise ConvertError(str(error)) from None
-    finally:
-        lock.release()
 
 
 def main(argv=None):
@@ -309,9 +287,17 @@ def main(argv=None):
     p.add_argument("--bpe", help="its BPE kind (subword_nmt for transformer.wmt16/wmt14, fastbpe for wmt19), likewise")
     p.add_argument("--seed", type=int, default=1, help="seed of the initial values a variant keeps (default: 1)")
     p.add_argument("--force", action="store_true", help="replace a different model folder that convert or export wrote")
+    import fairseq_csan  # noqa: F401  (the variants' flags)
+
+    actions = variant_flags()
+    group = p.add_argument_group("variant flags", "the architecture's own settings, checked as fairseq-train checks them")
+    for action in actions:
+        group._add_action(action)
     args, rest = p.parse_known_args(argv)
+    if rest:
+        p.error(unknown_flag(rest[0], actions))
+    flags = {a.dest: getattr(args, a.dest) for a in actions if getattr(args, a.dest) is not None}
     try:
-        flags = parse_variant(rest)
         how = convert(args.model, args.arch, flags, args.out, args.checkpoint, args.seed, args.force,
                       {"tokenizer": args.tokenizer, "bpe": args.bpe})
     except ConvertError as error:

@@ -155,17 +155,23 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
         refuse_overlaps({"--out": out}, {"--data": data, "--checkpoint": checkpoint})
     except Refusal as error:
         raise ExportError(str(error)) from None
+    return write_model_folder(out, lambda folder: write_folder(task, checkpoint, folder), force)
+
+
+def write_model_folder(out: Path, write, force: bool, by: str = "export") -> str:
+    """``write(folder)`` as the model folder ``out``, under its lock (``.OUT.lock`` beside it): an
+    ``out`` holding anything but a model folder that export or convert wrote is refused."""
     if out.is_dir() and any(out.iterdir()) and not written_by_export(out):
         theirs = foreign_files(out, [])
-        raise ExportError(f"{out} is not a model folder that export wrote (it holds {listing(theirs)}); "
+        raise ExportError(f"{out} is not a model folder that {by} wrote (it holds {listing(theirs)}); "
                           "give another --out (nothing was changed)")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        lock = WriterLock(out, folder=False, what="export").acquire()
+        lock = WriterLock(out, folder=False, what=by).acquire()
     except Refusal as error:
         raise ExportError(str(error)) from None
     try:
-        return replace_folder(out, lambda folder: write_folder(task, checkpoint, folder), force)
+        return replace_folder(out, write, force, by)
     finally:
         lock.release()
 

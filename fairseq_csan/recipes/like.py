@@ -12,7 +12,6 @@ then binarises with fairseq-preprocess ``--srcdict/--tgtdict`` (:func:`dictionar
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 # the folder's BPE file -> the fairseq option that names it (as hub_utils.from_pretrained maps them)
