@@ -48,7 +48,7 @@ import sys
 from pathlib import Path
 
 from . import decoding
-from .export import BPE_FILES, ExportError, hub_settings, write_model_folder
+from .export import BPE_FILES, ExportError, hub_settings, load_state, write_model_folder
 from .runner import Refusal, refuse_overlaps
 
 PREFIX = "python -m fairseq_csan.recipes.convert"
@@ -94,7 +94,6 @@ def plugin_architecture(arch: str):
 def read_source(folder: Path, name: str):
     """The source checkpoint, its configuration upgraded to fairseq's current form, and its
     model checked to be fairseq's own Transformer."""
-    from fairseq import checkpoint_utils
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.transformer import TransformerModel
 
@@ -113,9 +112,9 @@ def read_source(folder: Path, name: str):
     except DamagedModelFolder as error:
         raise ConvertError(str(error)) from None
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides={"data": str(folder)})
-    except Exception as error:  # a damaged or foreign file: say which
-        raise ConvertError(f"cannot read {checkpoint}: {type(error).__name__}: {error}") from None
+        state = load_state(checkpoint, {"data": str(folder)})
+    except ExportError as error:
+        raise ConvertError(str(error)) from None
     cfg = state.get("cfg")
     model_cfg = None if cfg is None else cfg.get("model")
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)

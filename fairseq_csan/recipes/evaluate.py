@@ -227,18 +227,16 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
 def of_model_folder(folder: Path, task: PreparedTask) -> Path:
     """--model FOLDER: its model.pt, once the folder is intact (its seal) and translates the
     task's languages with the task's dictionaries."""
-    from .export import ExportError, dictionary_words, folder_model
+    from .export import ExportError, fits_task, folder_model
 
     try:
         model = folder_model(folder)
     except ExportError as e:
         die(f"--model: {e}")
-    if (model["src"], model["tgt"]) != (task.src, task.tgt):
-        die(f"--model {folder} translates {model['src']}-{model['tgt']}, {task.root} is {task.src}-{task.tgt}")
-    for lang, path in model["dicts"].items():
-        if dictionary_words(path) != dictionary_words(task.data_bin / f"dict.{lang}.txt"):
-            die(f"{task.data_bin}/dict.{lang}.txt is not the dictionary of --model {folder}: prepare the corpus "
-                f"with its vocabulary (prepare files ... --like {folder})")
+    try:
+        fits_task(model, f"--model {folder}", task.src, task.tgt, task.data_bin, task.root)
+    except ExportError as e:
+        die(str(e))
     return model["checkpoint"]
 
 

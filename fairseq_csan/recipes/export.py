@@ -282,6 +282,19 @@ def folder_model(folder: Path) -> dict:
             "checkpoint": checkpoint, "sha256": sha256(checkpoint), "hub": hub_settings(state["cfg"])}
 
 
+def fits_task(model: dict, flag: str, src: str, tgt: str, data_bin: Path, task_root) -> None:
+    """A folder's model (``folder_model``'s) on a task: the same languages and the task's
+    dictionaries word for word (prepare files --like FOLDER makes them); else ExportError naming
+    ``flag`` and what to do."""
+    if (model["src"], model["tgt"]) != (src, tgt):
+        raise ExportError(f"{flag} translates {model['src']}-{model['tgt']}, {task_root} is {src}-{tgt}")
+    folder = model["checkpoint"].parent
+    for lang, path in model["dicts"].items():
+        if dictionary_words(path) != dictionary_words(data_bin / f"dict.{lang}.txt"):
+            raise ExportError(f"{data_bin}/dict.{lang}.txt is not the dictionary of {flag}: prepare the corpus "
+                              f"with its vocabulary (prepare files ... --like {folder})")
+
+
 def hub_settings(cfg) -> dict:
     """The tokenizer and BPE a checkpoint's configuration names (fairseq's hub interface builds
     them from there): each None where it names none, as fairseq's published models may."""

@@ -467,7 +467,7 @@ def start_from(o, data: Data) -> dict:
     options and the task: the same --arch, the task's dictionaries (prepare files --like FOLDER
     made them), no flag after -- that gives the model another shape, no --size or warm start of
     another checkpoint."""
-    from .export import ExportError, contradictions, dictionary_words, folder_model
+    from .export import ExportError, contradictions, fits_task, folder_model
 
     if o.size:
         raise Refused(f"--size sets a model's dimensions; --finetune-from {o.finetune} takes them from its model")
@@ -481,13 +481,10 @@ def start_from(o, data: Data) -> dict:
     if start["arch"] != o.arch:
         raise Refused(f"--finetune-from {o.finetune} holds a model of --arch {start['arch']}, not {o.arch}: give "
                       f"--arch {start['arch']}, or convert it to {o.arch} first (python -m fairseq_csan.recipes.convert)")
-    if (start["src"], start["tgt"]) != (data.src, data.tgt):
-        raise Refused(f"--finetune-from {o.finetune} translates {start['src']}-{start['tgt']}, {o.data} is "
-                      f"{data.src}-{data.tgt}")
-    for lang, path in start["dicts"].items():
-        if dictionary_words(path) != dictionary_words(data.binary / f"dict.{lang}.txt"):
-            raise Refused(f"{data.binary}/dict.{lang}.txt is not the dictionary of --finetune-from {o.finetune}: "
-                          f"prepare the corpus with its vocabulary (prepare files ... --like {o.finetune})")
+    try:
+        fits_task(start, f"--finetune-from {o.finetune}", data.src, data.tgt, data.binary, o.data)
+    except ExportError as e:
+        raise Refused(str(e))
     found = contradictions(start["shape"], o.extra)
     if found:
         raise Refused(f"{found[0]} after --: the model's shape comes from --finetune-from {o.finetune}; leave it out")
