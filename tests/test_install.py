@@ -538,6 +538,11 @@ def test_the_project_as_a_wheel_runs_its_pipelines_from_an_empty_folder(offline)
         refused = subprocess.run([str(c) for c in changed], cwd=empty, capture_output=True, text=True, env=env,
                                  timeout=300)
         assert refused.returncode != 0 and "other settings" in refused.stderr, refused.stderr[-2000:]
+    # the test set edited: prepared again, and the kept runs (scored on the old one) are refused, not reported
+    write(raw / "test_2016_flickr.de", lines(m30k / "test_2016_flickr.de")[1:41])
+    refused = subprocess.run([str(c) for c in command], cwd=empty, capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode != 0 and "trained and scored on other data" in refused.stderr, refused.stderr[-2000:]
+    assert "test." in refused.stderr.splitlines()[-1] and checkpoint.stat().st_mtime == before
 
 
 def test_a_wheelhouse_that_does_not_fit_is_refused_before_any_change(tmp_path):

@@ -139,6 +139,7 @@ def test_the_runs_and_the_sweep_train_the_chosen_model(tmp_path, monkeypatch):
     commands = []
     monkeypatch.setattr(multi30k, "call", lambda command, log, env: commands.append(list(map(str, command))))
     for size in ("tiny", "small"):
+        (tmp_path / "data" / "data-bin").mkdir(parents=True, exist_ok=True)
         args = argparse.Namespace(out=tmp_path / size, model=size, max_update=8000, device="cuda")
         multi30k.main_run(args, tmp_path / "data", "csan2d", 1, {}, {})
         multi30k.sweep_run(args, tmp_path / "data", "window", 3, {})
@@ -207,17 +208,46 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
         module.main(["--raw-dir", str(raw), "--out", str(out), "--max-update", "7"])
 
 
-def test_a_run_is_finished_when_its_timing_record_is_whole(tmp_path):
-    """timing.json is written last; one cut short (a kill while a write of before, not yet atomic,
-    was under way) is redone, and a finished run of before (timing.json, then a done marker) is kept."""
-    from fairseq_csan.recipes.multi30k import finished
+def test_a_run_is_finished_when_its_timing_record_is_whole_and_of_the_task_as_it_is(tmp_path):
+    """timing.json is written last; one cut short by a kill is redone. A whole one is kept while
+    the task's files (test set included) are those it records; one of other files, or of an earlier
+    version that did not record them, is refused naming the file, before anything trains."""
+    from argparse import Namespace
 
-    assert not finished(tmp_path)
-    (tmp_path / "timing.json").write_text('{"train_s": 1.5, "tot')
-    assert not finished(tmp_path)
-    (tmp_path / "timing.json").write_text('{"train_s": 1.5, "total_s": 2.0}\n')
-    (tmp_path / "done").write_text("")
-    assert finished(tmp_path)
+    from fairseq_csan.recipes.multi30k import check_kept, finished, kept_sweep_point
+    from fairseq_csan.recipes.runner import EVALUATION, TIMING, Refusal, made_from
+
+    binary = tmp_path / "data" / "data-bin"
+    for name in ("dict.en.txt", "train.en-de.en.bin", "valid.en-de.en.bin", "test.en-de.de.bin"):
+        write(binary / name, [name])
+    now = made_from(binary, scored=True)
+    assert "test.en-de.de.bin" in now and "test.en-de.de.bin" not in made_from(binary)
+    run = tmp_path / "runs" / "transformer" / "seed1"
+    run.mkdir(parents=True)
+    assert not finished(run, now)
+    (run / "timing.json").write_text('{"train_s": 1.5, "tot')
+    assert not finished(run, now)
+    TIMING.write(run, {"train_s": 1.5, "total_s": 2.0, "made_from": now})
+    point = tmp_path / "sweep" / "csan1d_window3"
+    (point / "eval").mkdir(parents=True)
+    (point / "eval" / "results.json").write_text("{}")
+    EVALUATION.write(point / "eval", {"made_from": made_from(binary)})
+    args = Namespace(out=tmp_path)
+    assert finished(run, now) and check_kept(args, tmp_path / "data") == now
+
+    write(binary / "test.en-de.de.bin", ["another test set"])
+    with pytest.raises(Refusal, match=r"seed1 was trained and scored on other data .*test\.en-de\.de\.bin"):
+        check_kept(args, tmp_path / "data")
+    TIMING.write(run, {"train_s": 1.5, "total_s": 2.0, "made_from": made_from(binary, scored=True)})
+    check_kept(args, tmp_path / "data")  # the sweep point is scored on the dev set only
+    write(binary / "dict.en.txt", ["another dictionary"])
+    with pytest.raises(Refusal, match=r"seed1 .* dict\.en\.txt"):
+        finished(run, made_from(binary, scored=True))
+    with pytest.raises(Refusal, match=r"sweep point .*csan1d_window3 .* dict\.en\.txt"):
+        kept_sweep_point(point, binary)
+    TIMING.write(run, {"train_s": 1.5, "total_s": 2.0})  # an earlier version's record
+    with pytest.raises(Refusal, match="earlier version"):
+        finished(run, made_from(binary, scored=True))
 
 
 def test_the_settings_of_an_earlier_version_are_other_settings(tmp_path, monkeypatch):

@@ -20,7 +20,8 @@ usage: python -m fairseq_csan.recipes.multi30k [--out DIR] [--raw-dir DIR] [--se
 Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
 one-thread runs train faster together than one two-thread run). A finished run (its
 timing.json, written last, says so) is kept when the command is run again, so more seeds or
-systems can be added later; the table and the analyses are rewritten every time. The model
+systems can be added later, while the task's files are those it was made from (a kept run of a
+raw corpus edited since is refused, naming the file); the table and the analyses are rewritten every time. The model
 and training settings are recorded in OUT/settings.json with the raw folder, and a rerun with
 other ones is refused (use another --out).
 """
@@ -40,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, write_table
-from .runner import REPRODUCTION, TIMING, Damaged, Refusal, WriterLock, listing, run_child, shell_words, write_atomically
+from .runner import (EVALUATION, REPRODUCTION, TIMING, Damaged, Refusal, WriterLock, changed_since, listing, made_from,
+                     run_child, shell_words, write_atomically)
 from .score import mark
 
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
@@ -193,19 +195,64 @@ def call(command, log_path, env):
         raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
 
 
-def finished(run) -> bool:
-    """The run's timing record (written last) is there and whole; one cut short by a kill (as
-    one written before the kit's writes were atomic may be) is redone."""
+def finished(run, now) -> bool:
+    """The run's timing record (written last) is there and whole, made from the task files
+    ``now`` (``made_from(..., scored=True)``: dictionaries, training, validation and test data) holds;
+    one cut short by a kill is redone. A finished run of other task files (the raw corpus edited and
+    prepared again since) is refused, not kept: its scores would be reported against the new test
+    set, and its checkpoints cannot go on on the new data."""
     try:
-        return TIMING.read(run) is not None
+        record = TIMING.read(run)
     except Damaged:
         return False
+    if record is None:
+        return False
+    then = record.get("made_from")
+    if then is None:
+        raise Refusal(f"{run} was finished by an earlier version of the kit ({TIMING.path(run)} does not say which "
+                      f"data it was made from): delete {run} to run it again, or give another --out")
+    changed = changed_since(then, now)
+    if changed:
+        raise Refusal(f"{run} was trained and scored on other data than the prepared task holds now: "
+                      f"{changed}; the raw files changed since it ran. Give another --out, or delete the "
+                      "runs to train them again")
+    return True
+
+
+def kept_sweep_point(point, binary) -> bool:
+    """A sweep point's evaluation is there (kept), made from the task's files as they are now;
+    one of other task files is refused as :func:`finished` refuses a run."""
+    if not (point / "eval" / "results.json").is_file():
+        return False
+    try:
+        record = EVALUATION.read(point / "eval")
+    except Damaged:
+        record = None
+    changed = "no record of what it was made from" if not record or not record.get("made_from") else \
+        changed_since(record["made_from"], made_from(binary))
+    if changed:
+        raise Refusal(f"the sweep point {point} was trained and scored on other data than {binary} holds now: "
+                      f"{changed}. Give another --out, or delete {point} to train it again")
+    return True
+
+
+def check_kept(args, data):
+    """Before anything trains: every kept run and sweep point is of the task files as they are now."""
+    binary = data / "data-bin"
+    now = made_from(binary, scored=True)
+    for run in sorted((args.out / "runs").glob("*/seed*")):
+        finished(run, now)
+    for point in sorted((args.out / "sweep").glob("csan*")):
+        if point.is_dir():
+            kept_sweep_point(point, binary)
+    return now
 
 
 def main_run(args, data, system, seed, env, sharing):
     """Train and evaluate one system with one seed; kept when already finished."""
     run = args.out / "runs" / system / f"seed{seed}"
-    if finished(run):
+    now = made_from(data / "data-bin", scored=True)
+    if finished(run, now):
         return run, None
     run.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -217,7 +264,7 @@ def main_run(args, data, system, seed, env, sharing):
     call([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", data, "--checkpoints", run / "checkpoints",
           "--out", run / "eval", *evaluate, "--last", "5", "--name", system],
          run / "eval.out", env)
-    TIMING.write(run, {"train_s": trained, "total_s": time.time() - started, **sharing})
+    TIMING.write(run, {"train_s": trained, "total_s": time.time() - started, "made_from": now, **sharing})
     return run, time.time() - started
 
 
@@ -225,7 +272,7 @@ def sweep_run(args, data, kind, value, env):
     """One point of the window/area sweep (scripts/sweep.sh), seed 1, dev set."""
     name = f"csan1d_window{value}" if kind == "window" else f"csan2d_heads{value}"
     folder = args.out / "sweep"
-    if (folder / name / "eval" / "results.json").is_file():
+    if kept_sweep_point(folder / name, data / "data-bin"):
         return folder / name, None
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -527,6 +574,10 @@ def main(argv=None):
     log("preparing the data (the multi30k_en_de preset of fairseq_csan.recipes.prepare, as examples/multi30k/prepare.sh)")
     if run_child(prepare, name="prepare").code != 0:
         raise SystemExit("multi30k: data preparation failed (see above)")
+    try:
+        check_kept(args, data)
+    except Refusal as error:
+        raise SystemExit(f"multi30k: {error}") from None
     run_all(args, data)
     report(args, data)
     log(f"done in {(time.time() - started) / 60:.1f} min: {args.out / 'results.md'}, {args.out / 'results.png'}, "

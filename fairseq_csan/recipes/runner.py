@@ -306,7 +306,8 @@ def check_writable(path: Path, flag: str) -> None:
 #     EVALUATION    evaluation.json    evaluate     what an evaluation was made of
 #     SWEEP         sweep.json         sweep        which point of a window/area sweep a run is
 #     REPRODUCTION  settings.json      multi30k     a Multi30k reproduction's settings
-#     TIMING        timing.json        multi30k     one finished run's times (written last: the run is done)
+#     TIMING        timing.json        multi30k     one finished run: its times and the task files it was
+#                                                   trained and scored on (written last: the run is done)
 #     TOY           toy_corpus.json    toy_corpus   the files it wrote, by SHA-256 (a user's train.en is not replaced)
 #     GPU_STEP      .steps/NAME.json   gpu_check    one step: its command, machine, status, time and outputs
 #
@@ -465,17 +466,19 @@ def write_whole(path, data, by: str) -> None:
 
 # ------------------------------------------------------------------ what a model is made from
 
-def made_from(binary) -> Dict[str, str]:
+def made_from(binary, scored: bool = False) -> Dict[str, str]:
     """The SHA-256 of each file of a task's binarised folder that a model is made from: the
     dictionaries and the training and validation data (fairseq-preprocess's ``dict.*.txt`` and
     ``train.*``/``valid.*`` ``.bin``/``.idx``). A run records it (RUN's ``made_from``), and so does
     an evaluation for the average it writes (EVALUATION's): a task prepared again, with a new
-    dictionary of the same size or other training data, no longer matches."""
+    dictionary of the same size or other training data, no longer matches. ``scored``: the test
+    sets too, for a record of scores kept across reruns (the Multi30k reproduction's TIMING)."""
+    splits = ("train.", "valid.", "test") if scored else ("train.", "valid.")
     found = {}
     for path in sorted(Path(binary).iterdir()):
         name = path.name
         if path.is_file() and ((name.startswith("dict.") and name.endswith(".txt"))
-                               or (name.startswith(("train.", "valid.")) and name.endswith((".bin", ".idx")))):
+                               or (name.startswith(splits) and name.endswith((".bin", ".idx")))):
             found[name] = sha256(path)
     return found
 
