@@ -227,6 +227,16 @@ def test_the_multi30k_example_converts_fine_tunes_and_scores_then_export_and_tra
                 tmp_path / "test.de", "--cpu", check=True)
     assert (tmp_path / "test.de").read_text() == (ev / "hyp.detok").read_text()
 
+    # convert.sh converts on every run: the same conversion is kept, another one (a --model trained
+    # again since, other settings) is refused, not scored under the old name
+    sealed = (ctx / "export.json").read_bytes()
+    assert "unchanged" in recipe_main("convert", "--model", source["folder"], "--arch", "transformer_ctxaware",
+                                      "--out", ctx, check=True).stderr
+    refused = recipe_main("convert", "--model", source["folder"], "--arch", "transformer_ctxaware", "--ctx-type", "global",
+                          "--out", ctx)
+    assert refused.returncode == 2 and "holds another model folder" in refused.stderr, refused.stderr[-2000:]
+    assert (ctx / "export.json").read_bytes() == sealed
+
     other = refusal_of(evaluate.main, ["--data", tiny_task["task"], "--model", ctx, "--out", tmp_path / "x", "--cpu"], capsys)
     assert "is not the dictionary of --model" in other and not (tmp_path / "x").exists()
     train = ["--save-dir", tmp_path / "ck", "--cpu-tiny", "--finetune-from", ctx]

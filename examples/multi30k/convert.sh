@@ -52,12 +52,12 @@ run python -m fairseq_csan.recipes.prepare files --src en --tgt de --train "$RAW
   --test "$RAW/test_2016_flickr" --out "$WORK/task" --like "$MODEL"
 
 # 2 the conversions (the papers' settings: a window of 11, 3 heads, the lowest 3 encoder layers;
-#   deep-global + deep context)
+#   deep-global + deep context); on a rerun convert keeps a folder it would write the same, and
+#   refuses one converted from another --model (a Transformer trained again since)
 declare -A FOLDER=([transformer]="$MODEL")
 for arch in $CONVERSIONS; do
   FOLDER[$arch]="$WORK/models/$arch"
-  [ -f "${FOLDER[$arch]}/export.json" ] || run python -m fairseq_csan.recipes.convert --model "$MODEL" --arch "$arch" \
-    --out "${FOLDER[$arch]}"
+  run python -m fairseq_csan.recipes.convert --model "$MODEL" --arch "$arch" --out "${FOLDER[$arch]}"
 done
 ARCHS=(transformer $CONVERSIONS)
 
