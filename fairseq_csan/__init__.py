@@ -28,7 +28,7 @@ def user_dir() -> str:
 # of a start) unless they call register().
 WITHOUT_FAIRSEQ = ("fairseq_csan", *(f"fairseq_csan.recipes.{name}" for name in (
     "prepare", "toy_corpus", "train", "sweep", "multi30k", "gpu_check", "quickstart", "collect_results", "score", "decoding",
-    "text", "steps", "corpora", "task", "analysis.ngram_gap", "analysis.length_buckets", "analysis.window_sweep")))
+    "text", "corpora", "task", "analysis.ngram_gap", "analysis.length_buckets", "analysis.window_sweep")))
 
 
 def register() -> None:

@@ -5,7 +5,7 @@ al. 2017), decode the test set with the papers' settings (decoding.py) through
 fairseq-generate, and score: tokenised BLEU (and compound-split BLEU for En-De), sacreBLEU and
 chrF with their signatures, decoding speed, and with --baseline the paired bootstrap.
 
-The average and the decoding are steps (steps.py): each records the content hashes of what it
+The average and the decoding are steps (the runner's step stamps): each records the content hashes of what it
 was made from (the checkpoints, the prepared test set and dictionaries) and is redone, saying
 why, when any of it changed. The scores are computed on every run. An --out that holds the
 evaluation of other checkpoint files or other settings is refused unless --force.
@@ -23,10 +23,8 @@ from pathlib import Path
 
 from . import decoding
 from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
-from .runner import Refusal, WriterLock, listing, refuse_overlaps
-from .runner import EVALUATION, RUN, Damaged, lineage
+from .runner import EVALUATION, RUN, Damaged, Refusal, Step, WriterLock, lineage, listing, make, refuse_overlaps
 from .runner import shell_words
-from .steps import Step, make
 from .task import NotATask, PreparedTask
 from .. import user_dir
 
@@ -164,7 +162,7 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
         except OSError:
             return 0
 
-    from .steps import Progress
+    from .runner import Progress
 
     progress = Progress("evaluate", "  decoded", "sentences", total, every=0)  # (the watcher keeps the time)
     progress.at(0, time.time())  # the speed from the start

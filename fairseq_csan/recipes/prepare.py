@@ -4,7 +4,7 @@ A preset task (``python -m fairseq_csan.recipes.prepare wmt14_en_de``, or its do
 ``examples/<task>/prepare.sh``) takes its settings (joint BPE or not, the cleaning ratio, the
 default merges and raw folder) from ``corpora.TASKS``; ``files`` takes a user's corpus; see
 docs/recipes.md. The steps, each recorded in
-``OUT/.steps/`` with the settings and content hashes it was made from (steps.py), so that a
+``OUT/.steps/`` with the settings and content hashes it was made from (the runner's step stamps), so that a
 rerun skips what is current and redoes, saying why, what was made from other inputs::
 
   1 gather   raw corpora -> OUT/raw/{train,valid,test,test1..}.{SRC,TGT}   (corpora.py)
@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import List
 
 from . import corpora, like, text
-from .runner import Refusal, WriterLock, foreign_files, listing, overlap, refuse_overlaps, write_atomically
-from .steps import Step, call, make, recorded_outputs, run
-from .runner import TASK
+from .runner import (TASK, Refusal, Step, WriterLock, call, foreign_files, listing, make, overlap, recorded_outputs,
+                     refuse_overlaps, run, write_atomically)
 from .task import NotATask, PreparedTask
 
 SPLITS = ("train", "valid", "test")
@@ -116,7 +115,7 @@ def tokenised_already(task, langs, pretokenized: bool, own_files: bool) -> List[
 
 def layout(out: Path, src: str, tgt: str, splits) -> list:
     """Every path that prepare's steps write in ``out`` (task.py's layout), fairseq-preprocess's
-    files in data-bin/, and the temporary folder of that output (steps.py's NAME.tmp, all of it),
+    files in data-bin/, and the temporary folder of that output (a step's NAME.tmp, all of it),
     which a kill leaves."""
     files = [out / name for name in ("task.json", "recipe.env", "tools.txt", "data-bin.tmp")]
     binary, (s, t) = out / "data-bin", (re.escape(src), re.escape(tgt))

@@ -15,7 +15,7 @@
     tok/           the same, tokenised (test.tgt is the reference of tokenised BLEU)
     bpe/           codes (joint BPE) or codes.LANG, and the segmented files
     data-bin/      fairseq-preprocess's output: dict.LANG.txt and the binarised splits
-    .steps/        what each file was made from (fairseq_csan.recipes.steps)
+    .steps/        what each file was made from (the runner's step stamps)
 
 Python code uses :class:`PreparedTask`; shell recipes use the command line::
 

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from .command_line import Parser
-from .runner import RUN, TASK, Refusal, WriterLock, atomic, changed_since, is_lock, made_from, run_child, shell_words
+from .runner import (RUN, TASK, Progress, Refusal, WriterLock, atomic, changed_since, is_lock, made_from, run_child,
+                     shell_words)
 from .runner import Damaged as DamagedRecord
-from .steps import Progress
 from .task import NotATask, PreparedTask
 from .. import user_dir
 from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
