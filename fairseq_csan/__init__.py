@@ -27,8 +27,9 @@ def user_dir() -> str:
 # (its facts for scripts): started as `python -m MODULE`, they do not import fairseq (about 4 s
 # of a start) unless they call register().
 WITHOUT_FAIRSEQ = ("fairseq_csan", *(f"fairseq_csan.recipes.{name}" for name in (
-    "prepare", "toy_corpus", "train", "sweep", "multi30k", "gpu_check", "quickstart", "collect_results", "score", "decoding",
-    "text", "corpora", "task", "analysis.ngram_gap", "analysis.length_buckets", "analysis.window_sweep")))
+    "prepare", "toy_corpus", "train", "sweep", "multi30k", "from_transformer", "gpu_check", "quickstart",
+    "collect_results", "score", "decoding", "text", "corpora", "task", "analysis.ngram_gap", "analysis.length_buckets",
+    "analysis.window_sweep")))
 
 
 def register() -> None:

@@ -170,6 +170,48 @@ def test_refusals_name_the_problem_and_change_nothing(source, tree, tmp_path, ca
     assert json.loads((tmp_path / "mine/export.json").read_text())["arch"] == "transformer_csan2d"
 
 
+def test_the_multi30k_example_plans_the_three_commands_and_refuses_bad_options(tmp_path, capsys):
+    """examples/multi30k/convert.sh's plan (fairseq_csan.recipes.from_transformer): the commands in
+    order, each seed's bootstrap against the Transformer of that seed, the table of this command's
+    evaluations; every option changes the plan or is refused in one line; a dry run writes nothing."""
+    from recipe_helpers import refusal_of, walk_options, write
+
+    from fairseq_csan.recipes import from_transformer
+
+    raw, model, work = tmp_path / "raw", tmp_path / "model", tmp_path / "work"
+    for split in from_transformer.SPLITS:
+        for lang in ("en", "de"):
+            write(raw / f"{split}.{lang}", ["a b c"])
+    write(model / "model.pt", ["not read by the plan"])
+    base = ["--model", model, "--raw-dir", raw, "--work", work, "--dry-run"]
+
+    def plan(extra):
+        refused = refusal_of(from_transformer.main, [*base, *extra], capsys)
+        return (None if refused else capsys.readouterr().err), refused
+
+    shown, refused = plan(["--seeds", "1,2", "--archs", "transformer_csan1d", "--cpu"])
+    assert refused is None and not work.exists()
+    commands = [line[2:].split() for line in shown.splitlines() if line.startswith("+ ")]
+    modules = [words[2].rpartition(".")[2] for words in commands]
+    assert modules == ["prepare", "convert", "evaluate", "evaluate", *["train", "evaluate"] * 4, "collect_results",
+                       "collect_results"]
+    tuned = commands[11]  # seed 2's csan1d evaluation
+    assert tuned[tuned.index("--baseline") + 1] == str(work / "eval/transformer.seed2") and "--cpu" in tuned
+    assert "--cpu-tiny" in commands[4] and str(work / "models/transformer_csan1d") in commands[10]
+    table = commands[-2]
+    assert table[3:table.index("--metric")] == [str(work / "eval" / name) for name in (
+        "before/transformer", "before/transformer_csan1d", "transformer.seed1", "transformer_csan1d.seed1",
+        "transformer.seed2", "transformer_csan1d.seed2")]
+    walk_options(plan, [["--updates", "400"], ["--updates", "8"], ["--seeds", "4"], ["--seeds", "one"],
+                        ["--archs", "transformer_ctxaware"], ["--archs", "transformer"], ["--cpu"],
+                        ["--raw-dir", tmp_path / "nowhere"], ["--work", tmp_path / "other"]])
+    assert "at least 16" in plan(["--updates", "8"])[1]
+    assert "always trained on" in plan(["--archs", "transformer csan"])[1]
+    assert "no model folder there" in refusal_of(from_transformer.main, [*base, "--model", raw], capsys)
+    (raw / "val.de").unlink()
+    assert plan([])[1].endswith("val.de (Multi30k's raw files, as the README unpacks them)")
+
+
 @pytest.mark.slow
 def test_the_multi30k_example_converts_fine_tunes_and_scores_then_export_and_translation_follow(
         source, tiny_task, tmp_path, capsys):
