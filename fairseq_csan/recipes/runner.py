@@ -655,11 +655,17 @@ class Step:
         return path.with_name(path.name + ".tmp")
 
     def commit(self) -> None:
-        """Rename every temporary output to its name, then record the stamp."""
+        """Flush every temporary output to the disk (as :func:`atomic` does), rename each to its
+        name, then record the stamp."""
         for p in self.outputs:
             tmp = self.temporary(p)
             if not tmp.exists():
                 raise RuntimeError(f"step {self.name}: the command made no {tmp}")
+            for f in ([tmp] if tmp.is_file() else sorted(f for f in tmp.rglob("*") if f.is_file())):
+                with open(f, "rb") as opened:
+                    os.fsync(opened.fileno())
+        for p in self.outputs:
+            tmp = self.temporary(p)
             if p.is_dir():
                 shutil.rmtree(p)
             os.replace(tmp, p)
