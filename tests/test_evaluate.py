@@ -216,6 +216,14 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, 
         time.sleep(0.5)  # the killed commands' own ends
         run([*command, "--out", folder])
         assert outputs(folder) == outputs(tmp_path / "reference"), f"{whom} killed after {delay:.1f} s"
+    # a finished evaluation redone and killed midway: no results.json of the one before stays to
+    # say it finished (the Multi30k reproduction keeps an evaluation that has one)
+    proc = subprocess.Popen([*command, "--out", str(folder), "--force"], cwd=str(REPO), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(0.5 * duration)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not (folder / "results.json").exists()
 
 
 @pytest.mark.slow

@@ -538,11 +538,21 @@ def test_the_project_as_a_wheel_runs_its_pipelines_from_an_empty_folder(offline)
         refused = subprocess.run([str(c) for c in changed], cwd=empty, capture_output=True, text=True, env=env,
                                  timeout=300)
         assert refused.returncode != 0 and "other settings" in refused.stderr, refused.stderr[-2000:]
-    # the test set edited: prepared again, and the kept runs (scored on the old one) are refused, not reported
+    # the test set edited: prepared again, and the kept runs evaluated again on it (their training
+    # kept); the sweep point, scored on the dev set, is kept
+    decoded = sorted(out.glob("runs/*/seed*/eval/generate.txt"))
+    stamps = {path: path.stat().st_mtime_ns for path in decoded}
     write(raw / "test_2016_flickr.de", lines(m30k / "test_2016_flickr.de")[1:41])
+    rescored = ok(command, empty, timeout=900)
+    assert checkpoint.stat().st_mtime == before and rescored.stderr.count("finished before; kept") == 1
+    assert len(decoded) == 4 and all(path.stat().st_mtime_ns != stamps[path] for path in decoded)
+    # the training data edited: every kept run is refused, naming the file, before anything trains
+    write(raw / "train.de", lines(raw / "train.de")[:-1] + ["ein anderer satz ."])
     refused = subprocess.run([str(c) for c in command], cwd=empty, capture_output=True, text=True, env=env, timeout=300)
-    assert refused.returncode != 0 and "trained and scored on other data" in refused.stderr, refused.stderr[-2000:]
-    assert "test." in refused.stderr.splitlines()[-1] and checkpoint.stat().st_mtime == before
+    assert refused.returncode != 0 and "was trained on other data" in refused.stderr, refused.stderr[-2000:]
+    last = refused.stderr.splitlines()[-1]  # names the first task file that differs (BPE learned again: a dictionary)
+    assert re.search(r"(dict\.\w+\.txt|train\.\S+) \(sha256 \w+ then, \w+ now\)", last), last
+    assert checkpoint.stat().st_mtime == before
 
 
 def test_a_wheelhouse_that_does_not_fit_is_refused_before_any_change(tmp_path):

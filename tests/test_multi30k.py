@@ -141,7 +141,7 @@ def test_the_runs_and_the_sweep_train_the_chosen_model(tmp_path, monkeypatch):
     for size in ("tiny", "small"):
         (tmp_path / "data" / "data-bin").mkdir(parents=True, exist_ok=True)
         args = argparse.Namespace(out=tmp_path / size, model=size, max_update=8000, device="cuda")
-        multi30k.main_run(args, tmp_path / "data", "csan2d", 1, {}, {})
+        multi30k.main_run(args, tmp_path / "data", "csan2d", 1, {})
         multi30k.sweep_run(args, tmp_path / "data", "window", 3, {})
         train = [c for c in commands if c[2] in ("fairseq_csan.recipes.train", "fairseq_csan.recipes.sweep")]
         assert len(train) == 2
@@ -208,46 +208,42 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
         module.main(["--raw-dir", str(raw), "--out", str(out), "--max-update", "7"])
 
 
-def test_a_run_is_finished_when_its_timing_record_is_whole_and_of_the_task_as_it_is(tmp_path):
-    """timing.json is written last; one cut short by a kill is redone. A whole one is kept while
-    the task's files (test set included) are those it records; one of other files, or of an earlier
-    version that did not record them, is refused naming the file, before anything trains."""
+def test_a_run_is_kept_while_its_evaluation_is_finished_and_of_the_task_as_it_is(tmp_path):
+    """A run (or sweep point) is kept once its evaluation wrote results.json, while its record's
+    training files are those the task holds (else refused, naming the file, before anything
+    trains) and its steps' inputs are as they were (a test set prepared again: evaluated again)."""
     from argparse import Namespace
 
-    from fairseq_csan.recipes.multi30k import check_kept, finished, kept_sweep_point
-    from fairseq_csan.recipes.runner import EVALUATION, TIMING, Refusal, made_from
+    from fairseq_csan.recipes.multi30k import check_kept, kept
+    from fairseq_csan.recipes.runner import EVALUATION, Refusal, Step, made_from, make
 
     binary = tmp_path / "data" / "data-bin"
     for name in ("dict.en.txt", "train.en-de.en.bin", "valid.en-de.en.bin", "test.en-de.de.bin"):
         write(binary / name, [name])
-    now = made_from(binary, scored=True)
-    assert "test.en-de.de.bin" in now and "test.en-de.de.bin" not in made_from(binary)
-    run = tmp_path / "runs" / "transformer" / "seed1"
-    run.mkdir(parents=True)
-    assert not finished(run, now)
-    (run / "timing.json").write_text('{"train_s": 1.5, "tot')
-    assert not finished(run, now)
-    TIMING.write(run, {"train_s": 1.5, "total_s": 2.0, "made_from": now})
-    point = tmp_path / "sweep" / "csan1d_window3"
-    (point / "eval").mkdir(parents=True)
-    (point / "eval" / "results.json").write_text("{}")
-    EVALUATION.write(point / "eval", {"made_from": made_from(binary)})
+    assert "test.en-de.de.bin" not in made_from(binary)
     args = Namespace(out=tmp_path)
-    assert finished(run, now) and check_kept(args, tmp_path / "data") == now
+    run, point = tmp_path / "runs" / "transformer" / "seed1", tmp_path / "sweep" / "csan1d_window3"
+    for folder in (run, point):
+        (folder / "eval").mkdir(parents=True)
+        EVALUATION.write(folder / "eval", {"made_from": made_from(binary)})
+        assert not kept(folder, binary, "the run")  # no results.json yet: the evaluation did not finish
+        make(Step(folder / "eval" / ".steps", "decode", [binary / "test.en-de.de.bin"], [folder / "eval" / "gen"]),
+             lambda temps: temps[0].write_text("hypotheses"))
+        (folder / "eval" / "results.json").write_text("{}")
+        assert kept(folder, binary, "the run")
+    check_kept(args, tmp_path / "data")
 
-    write(binary / "test.en-de.de.bin", ["another test set"])
-    with pytest.raises(Refusal, match=r"seed1 was trained and scored on other data .*test\.en-de\.de\.bin"):
-        check_kept(args, tmp_path / "data")
-    TIMING.write(run, {"train_s": 1.5, "total_s": 2.0, "made_from": made_from(binary, scored=True)})
-    check_kept(args, tmp_path / "data")  # the sweep point is scored on the dev set only
+    write(binary / "test.en-de.de.bin", ["another test set"])  # evaluated again, not refused
+    assert not kept(run, binary, "the run") and not kept(point, binary, "the sweep point")
+    check_kept(args, tmp_path / "data")
     write(binary / "dict.en.txt", ["another dictionary"])
-    with pytest.raises(Refusal, match=r"seed1 .* dict\.en\.txt"):
-        finished(run, made_from(binary, scored=True))
-    with pytest.raises(Refusal, match=r"sweep point .*csan1d_window3 .* dict\.en\.txt"):
-        kept_sweep_point(point, binary)
-    TIMING.write(run, {"train_s": 1.5, "total_s": 2.0})  # an earlier version's record
-    with pytest.raises(Refusal, match="earlier version"):
-        finished(run, made_from(binary, scored=True))
+    with pytest.raises(Refusal, match=r"the run .*seed1 was trained on other data .* dict\.en\.txt"):
+        check_kept(args, tmp_path / "data")
+    with pytest.raises(Refusal, match=r"the sweep point .*csan1d_window3 .* dict\.en\.txt"):
+        kept(point, binary, "the sweep point")
+    EVALUATION.write(run / "eval", {"subset": "test"})  # no record of what it was made from
+    with pytest.raises(Refusal, match="has no record of the data it was made from"):
+        kept(run, binary, "the run")
 
 
 def test_the_settings_of_an_earlier_version_are_other_settings(tmp_path, monkeypatch):
@@ -275,7 +271,7 @@ def test_a_failed_run_ends_the_reproduction_and_stops_the_others(tmp_path, monke
     m30k = load()
     started, children = [], []
 
-    def main_run(args, data, system, seed, env, sharing):
+    def main_run(args, data, system, seed, env):
         started.append(system)
         if system == "bad":
             time.sleep(0.5)  # the slow run has started its child by now

@@ -25,7 +25,7 @@ from recipe_helpers import hold_lock, lines, recipe_main, run, write
 from fairseq_csan.recipes import runner
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
 from fairseq_csan.recipes.evaluate import OUTPUTS
-from fairseq_csan.recipes.runner import (EVALUATION, KINDS, RUN, SWEEP, TASK, TIMING, Damaged, Earlier, Kind, Refusal,
+from fairseq_csan.recipes.runner import (EVALUATION, KINDS, REPRODUCTION, RUN, SWEEP, TASK, Damaged, Earlier, Kind, Refusal,
                                          WriterLock, foreign_files, overlap, refuse_overlaps)
 
 
@@ -468,9 +468,9 @@ def test_a_damaged_record_is_named(tmp_path):
         RUN.read(tmp_path)
 
 
-def test_timing_keeps_the_fields_it_does_not_declare(tmp_path):
-    TIMING.write(tmp_path, {"train_s": 3, "total_s": "4.5", "runs_at_a_time": 2, "threads": 1})
-    assert TIMING.read(tmp_path) == {"train_s": 3.0, "total_s": 4.5, "runs_at_a_time": 2, "threads": 1}
+def test_an_open_record_keeps_the_fields_it_does_not_declare(tmp_path):
+    settings = {"raw_dir": "/raw", "max_update": "600", "trained": {"csan2d/seed1": {"threads": 1}}, "jobs": 2}
+    assert REPRODUCTION.read(REPRODUCTION.write(tmp_path, settings) and tmp_path) == {**settings, "max_update": 600}
 
 
 def test_every_kind_has_its_own_file_and_known_types():

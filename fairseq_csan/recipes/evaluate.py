@@ -343,6 +343,9 @@ def main(argv=None) -> None:
         for name in OUTPUTS:
             (out / name).unlink(missing_ok=True)
     EVALUATION.write(out, identity)
+    # results.json is written last (step 3): while it is there, this evaluation finished, and a
+    # command that keeps finished evaluations (the Multi30k reproduction) never keeps one cut short
+    (out / "results.json").unlink(missing_ok=True)
     stamps = out / ".steps"
 
     # 1 the weights: one checkpoint, or the average of the last N

@@ -19,9 +19,10 @@ usage: python -m fairseq_csan.recipes.multi30k [--out DIR] [--raw-dir DIR] [--se
 
 Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
 one-thread runs train faster together than one two-thread run). A finished run (its
-timing.json, written last, says so) is kept when the command is run again, so more seeds or
+evaluation's results.json, written last, says so) is kept when the command is run again, so more seeds or
 systems can be added later, while the task's files are those it was made from (a kept run of a
-raw corpus edited since is refused, naming the file); the table and the analyses are rewritten every time. The model
+training corpus edited since is refused, naming the file; one of a test set prepared again is
+evaluated again); the table and the analyses are rewritten every time. The model
 and training settings are recorded in OUT/settings.json with the raw folder, and a rerun with
 other ones is refused (use another --out).
 """
@@ -41,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, write_table
-from .runner import (EVALUATION, REPRODUCTION, TIMING, Damaged, Refusal, WriterLock, changed_since, listing, made_from,
-                     run_child, shell_words, write_atomically)
+from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, listing, made_from,
+                     run_child, shell_words, stamped_change, write_atomically)
 from .score import mark
 
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
@@ -195,64 +196,43 @@ def call(command, log_path, env):
         raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
 
 
-def finished(run, now) -> bool:
-    """The run's timing record (written last) is there and whole, made from the task files
-    ``now`` (``made_from(..., scored=True)``: dictionaries, training, validation and test data) holds;
-    one cut short by a kill is redone. A finished run of other task files (the raw corpus edited and
-    prepared again since) is refused, not kept: its scores would be reported against the new test
-    set, and its checkpoints cannot go on on the new data."""
-    try:
-        record = TIMING.read(run)
-    except Damaged:
-        return False
-    if record is None:
-        return False
-    then = record.get("made_from")
-    if then is None:
-        raise Refusal(f"{run} was finished by an earlier version of the kit ({TIMING.path(run)} does not say which "
-                      f"data it was made from): delete {run} to run it again, or give another --out")
-    changed = changed_since(then, now)
-    if changed:
-        raise Refusal(f"{run} was trained and scored on other data than the prepared task holds now: "
-                      f"{changed}; the raw files changed since it ran. Give another --out, or delete the "
-                      "runs to train them again")
-    return True
-
-
-def kept_sweep_point(point, binary) -> bool:
-    """A sweep point's evaluation is there (kept), made from the task's files as they are now;
-    one of other task files is refused as :func:`finished` refuses a run."""
-    if not (point / "eval" / "results.json").is_file():
+def kept(folder, binary, what: str) -> bool:
+    """A run's or sweep point's evaluation is kept when it finished (``eval/results.json``, which
+    scoring writes last) and is of the task as it is now. Its record's ``made_from`` (the
+    dictionaries, training and validation data) must be what ``binary`` holds, else it is refused,
+    before anything trains: its scores and checkpoints are of other data. When an input of its
+    steps changed since (a test set prepared again), it is not kept: evaluated again, its training
+    kept (train.py leaves a finished run)."""
+    evaluation = folder / "eval"
+    if not (evaluation / "results.json").is_file():
         return False
     try:
-        record = EVALUATION.read(point / "eval")
+        record = EVALUATION.read(evaluation) or {}
     except Damaged:
-        record = None
-    changed = "no record of what it was made from" if not record or not record.get("made_from") else \
-        changed_since(record["made_from"], made_from(binary))
+        record = {}
+    if not record.get("made_from"):
+        raise Refusal(f"{what} {folder} has no record of the data it was made from ({EVALUATION.path(evaluation)}): "
+                      f"delete {folder} to run it again, or give another --out")
+    changed = changed_since(record["made_from"], made_from(binary))
     if changed:
-        raise Refusal(f"the sweep point {point} was trained and scored on other data than {binary} holds now: "
-                      f"{changed}. Give another --out, or delete {point} to train it again")
-    return True
+        raise Refusal(f"{what} {folder} was trained on other data than {binary} holds now: {changed}; the raw "
+                      f"files changed since it ran. Give another --out, or delete {folder} to train it again")
+    return stamped_change(evaluation / ".steps") is None
 
 
 def check_kept(args, data):
     """Before anything trains: every kept run and sweep point is of the task files as they are now."""
-    binary = data / "data-bin"
-    now = made_from(binary, scored=True)
     for run in sorted((args.out / "runs").glob("*/seed*")):
-        finished(run, now)
+        kept(run, data / "data-bin", "the run")
     for point in sorted((args.out / "sweep").glob("csan*")):
         if point.is_dir():
-            kept_sweep_point(point, binary)
-    return now
+            kept(point, data / "data-bin", "the sweep point")
 
 
-def main_run(args, data, system, seed, env, sharing):
+def main_run(args, data, system, seed, env):
     """Train and evaluate one system with one seed; kept when already finished."""
     run = args.out / "runs" / system / f"seed{seed}"
-    now = made_from(data / "data-bin", scored=True)
-    if finished(run, now):
+    if kept(run, data / "data-bin", "the run"):
         return run, None
     run.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -260,11 +240,9 @@ def main_run(args, data, system, seed, env, sharing):
     call([*PYTHON, "fairseq_csan.recipes.train", "--data", data, "--arch", SYSTEMS[system], "--save-dir",
           run / "checkpoints", *train, "--max-update", str(args.max_update), "--seed", str(seed),
           "--", *MODELS[args.model]["model"], *training_args(args.max_update, args.model), *extra], run / "train.out", env)
-    trained = time.time() - started
     call([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", data, "--checkpoints", run / "checkpoints",
           "--out", run / "eval", *evaluate, "--last", "5", "--name", system],
          run / "eval.out", env)
-    TIMING.write(run, {"train_s": trained, "total_s": time.time() - started, "made_from": now, **sharing})
     return run, time.time() - started
 
 
@@ -272,7 +250,7 @@ def sweep_run(args, data, kind, value, env):
     """One point of the window/area sweep (scripts/sweep.sh), seed 1, dev set."""
     name = f"csan1d_window{value}" if kind == "window" else f"csan2d_heads{value}"
     folder = args.out / "sweep"
-    if kept_sweep_point(folder / name, data / "data-bin"):
+    if kept(folder / name, data / "data-bin", "the sweep point"):
         return folder / name, None
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -316,7 +294,7 @@ def run_all(args, data):
     def work(job):
         kind, system, value = job
         if kind == "main":
-            return main_run(args, data, system, value, env, {"runs_at_a_time": workers, "threads": threads})
+            return main_run(args, data, system, value, env)
         return sweep_run(args, data, kind, value, env)
 
     started, finished, failures = time.time(), 0, []
@@ -343,6 +321,10 @@ def run_all(args, data):
             if seconds is None:
                 log(f"{finished}/{len(jobs)} {label}: finished before; kept ({folder})")
                 continue
+            if kind == "main":  # how it shared the machine, for the table's steps/s (a first finish only)
+                settings = REPRODUCTION.read(args.out)
+                settings["trained"].setdefault(f"{system}/seed{value}", {"runs_at_a_time": workers, "threads": threads})
+                REPRODUCTION.write(args.out, settings)
             results = json.loads((folder / "eval" / "results.json").read_text(encoding="utf-8"))
             elapsed = time.time() - started
             log(f"{finished}/{len(jobs)} {label}: sacreBLEU {results['sacrebleu']:.2f} "
@@ -461,13 +443,11 @@ def report(args, data):
     refs = read_lines(data / "raw" / "test.de")
     header, rows, records = results_table(args, runs, refs)
     settings = REPRODUCTION.read(args.out)
-    shares = set()
-    for system in args.systems:
-        for seed in args.seeds:
-            timing = TIMING.read(args.out / "runs" / system / f"seed{seed}")
-            shares.add((timing.get("runs_at_a_time"), timing.get("threads")))
+    shares = {(shared["runs_at_a_time"], shared["threads"]) for key, shared in settings["trained"].items()
+              if key in {f"{system}/seed{seed}" for system in args.systems for seed in args.seeds}}
     tokens = settings["training"][settings["training"].index("--max-tokens") + 1]
-    sharing = "; ".join(f"{n} run(s) at a time with {t} thread(s) each" for n, t in sorted(shares, key=str))
+    sharing = "; ".join(f"{n} run(s) at a time with {t} thread(s) each" for n, t in sorted(shares, key=str)) \
+        or "the runs' sharing of the machine not recorded (finished by an earlier version)"
     note = (f"sacreBLEU on test_2016_flickr ({records[0]['signature']}), mean ± sample standard deviation over "
             f"seeds {', '.join(map(str, args.seeds))}; {settings['max_update']} updates of {tokens} tokens per run. "
             f"Δ: mean over seeds minus the {BASELINE}'s. p (seeds pooled): paired bootstrap ({args.bootstrap_samples} "
@@ -560,11 +540,12 @@ def main(argv=None):
     if before is None and theirs:  # a folder the reproduction never wrote: its files are someone's
         raise SystemExit(f"multi30k: --out {args.out} holds files the reproduction did not write ({listing(theirs)}); "
                          "give a new or empty folder (nothing was changed)")
+    trained = (before or {}).pop("trained", {})  # what each finished run shared the machine with
     if before is not None and holds_runs and before != REPRODUCTION.typed(settings):
         raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {REPRODUCTION.path(args.out)}); "
                          "give another --out")
     args.out.mkdir(parents=True, exist_ok=True)
-    REPRODUCTION.write(args.out, settings)
+    REPRODUCTION.write(args.out, {**settings, "trained": trained if holds_runs else {}})
 
     started = time.time()
     data = (args.out / "data").resolve()

@@ -310,9 +310,8 @@ def check_writable(path: Path, flag: str) -> None:
 #     RUN           run.json           train        which run a save folder holds, made from what
 #     EVALUATION    evaluation.json    evaluate     what an evaluation was made of
 #     SWEEP         sweep.json         sweep        which point of a window/area sweep a run is
-#     REPRODUCTION  settings.json      multi30k     a Multi30k reproduction's settings
-#     TIMING        timing.json        multi30k     one finished run: its times and the task files it was
-#                                                   trained and scored on (written last: the run is done)
+#     REPRODUCTION  settings.json      multi30k     a Multi30k reproduction's settings, and how each
+#                                                   finished run shared the machine
 #     TOY           toy_corpus.json    toy_corpus   the files it wrote, by SHA-256 (a user's train.en is not replaced)
 #     GPU_STEP      .steps/NAME.json   gpu_check    one step: its command, machine, status, time and outputs
 #     STAMP         .steps/NAME.json   prepare,     one step: its settings and the SHA-256 of its inputs
@@ -423,16 +422,15 @@ EVALUATION = Kind("evaluation", "evaluation.json", {
 SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"}, old="sweep.env")
 # open: a setting an earlier version kept (its "jobs") is read, and compares as other settings
 REPRODUCTION = Kind("reproduction", "settings.json", {
-    "raw_dir": "text", "max_update": "int", "merges": "int", "model": "json", "training": "json", "device": "text"},
-    open_fields=True)
-TIMING = Kind("timing", "timing.json", {"train_s": "float", "total_s": "float"}, open_fields=True)
+    "raw_dir": "text", "max_update": "int", "merges": "int", "model": "json", "training": "json", "device": "text",
+    "trained": "json"}, open_fields=True)
 TOY = Kind("toy corpus", "toy_corpus.json", {"files": "json"})  # what the toy corpus wrote (name -> SHA-256)
 # one step of gpu_check, in OUT/.steps/NAME.json (gpu_check.step_record names the file)
 GPU_STEP = Kind("gpu-check step", "STEP.json", {"command": "text", "machine": "text", "status": "text",
                                                 "seconds": "float", "finished": "text", "outputs": "list"})
 # one step of prepare or evaluate, in STAMPS/NAME.json (Step names the file): what it was made from
 STAMP = Kind("step stamp", "STAMP.json", {"settings": "json", "inputs": "json", "outputs": "json"})
-KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TIMING, TOY, GPU_STEP, STAMP)
+KINDS = (TASK, RUN, EVALUATION, SWEEP, REPRODUCTION, TOY, GPU_STEP, STAMP)
 
 
 # ------------------------------------------------------------------ one output file, written whole
@@ -475,14 +473,13 @@ def write_whole(path, data, by: str) -> None:
 
 # ------------------------------------------------------------------ what a model is made from
 
-def made_from(binary, scored: bool = False) -> Dict[str, str]:
+def made_from(binary) -> Dict[str, str]:
     """The SHA-256 of each file of a task's binarised folder that a model is made from: the
     dictionaries and the training and validation data (fairseq-preprocess's ``dict.*.txt`` and
     ``train.*``/``valid.*`` ``.bin``/``.idx``). A run records it (RUN's ``made_from``), and so does
     an evaluation for the average it writes (EVALUATION's): a task prepared again, with a new
-    dictionary of the same size or other training data, no longer matches. ``scored``: the test
-    sets too, for a record of scores kept across reruns (the Multi30k reproduction's TIMING)."""
-    splits = ("train.", "valid.", "test") if scored else ("train.", "valid.")
+    dictionary of the same size or other training data, no longer matches."""
+    splits = ("train.", "valid.")
     found = {}
     for path in sorted(Path(binary).iterdir()):
         name = path.name
@@ -685,6 +682,23 @@ def recorded_outputs(stamps: Path) -> List[Path]:
             files = fp.get("files") if isinstance(fp, dict) else None
             found += [Path(path) / rel for rel in files] if files is not None else [Path(path)]
     return found
+
+
+def stamped_change(stamps: Path) -> Optional[str]:
+    """None when every file that the stamps in ``stamps`` record, input or output, is as recorded;
+    else the first that is not (changed or gone): the steps would be redone. For a command that
+    keeps another command's finished output only while that output's steps are current (the
+    Multi30k reproduction keeps an evaluation so)."""
+    for stamp in sorted(Path(stamps).glob("*.json")):
+        try:
+            recorded = dataclasses.replace(STAMP, file=stamp.name).read(stamps) or {}
+        except Damaged:
+            return f"{stamp} is damaged"
+        for kind in ("inputs", "outputs"):
+            for path, known in (recorded.get(kind) or {}).items():
+                if not Path(path).exists() or fingerprint(Path(path), known)["sha256"] != known.get("sha256"):
+                    return f"{path} changed since {stamp.stem} ran"
+    return None
 
 
 def _log(prefix: str, message: str) -> None:
