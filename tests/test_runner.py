@@ -813,3 +813,59 @@ def test_a_stamp_is_a_record_and_a_damaged_one_is_redone_owning_nothing(folder):
     assert "no record" in make_step(folder).stale()
     assert runner.recorded_outputs(folder / ".steps") == []  # a damaged stamp's outputs are nobody's yet
     assert upper(make_step(folder), calls) and len(calls) == 2
+
+
+# ======================================================================== the property, walked
+
+@pytest.mark.slow
+def test_every_command_refuses_to_touch_a_users_file_in_what_it_writes_force_or_not(tree, transformer_folder, tmp_path):
+    """Rule (a) walked over every writing command: its output (a folder it creates by default
+    included) pre-filled with a file of the user's that it would write, replace or resume from.
+    Each run, with --force where the command has it and without, ends with one line naming the
+    file, no traceback, and every file under the tree and tmp_path as it was."""
+    from recipe_helpers import fake_task, train_main
+
+    task, ck, model = tree / "task", tree / "ck", tree / "model"
+    raw = tmp_path / "m30k"
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            write(raw / f"{split}.{lang}", ["a"])
+    sweep_task = fake_task(tmp_path / "sweep_task")
+    planted = {  # the user's file -> its content
+        "prep/bpe/codes": "my own codes\n", "save/checkpoint_last.pt": "fairseq-train's own checkpoint\n",
+        "ev/results.md": "my results\n", "model/notes.txt": "my notes\n", "out.de": "my translation\n",
+        "avg.pt": "my average\n", "converted/notes.txt": "my notes\n", "sweep/csan1d_window3/train.out": "my log\n",
+        "toy/val.de": "mine\n", "repro/notes.txt": "my notes\n", "gpu/summary.md": "my summary\n"}
+    for name, text in planted.items():
+        write(tmp_path / name, [text.rstrip("\n")])
+    t = tmp_path
+    commands = [  # (module or train, argv without --force, whether it has --force, the file it must name)
+        ("prepare", ["files", "--src", "en", "--tgt", "de", "--train", task / "raw/train", "--valid", task / "raw/valid",
+                     "--test", task / "raw/test", "--out", t / "prep", "--merges", "50"], True, "codes"),
+        ("train", ["--data", task, "--arch", "transformer_csan2d", "--save-dir", t / "save", "--cpu-tiny"], True,
+         "checkpoint_last.pt"),
+        ("evaluate", ["--data", task, "--checkpoints", ck, "--last", "2", "--out", t / "ev", "--cpu"], True,
+         "results.md"),
+        ("export", ["--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", t / "model"], True, "notes.txt"),
+        ("translate", ["--model", model, "--input", task / "raw/test.en", "--output", t / "out.de", "--cpu"], True,
+         "out.de"),
+        ("average_checkpoints", ["--dir", ck, "--last", "2", "--output", t / "avg.pt"], True, "avg.pt"),
+        ("convert", ["--model", transformer_folder["model"], "--arch", "transformer_csan1d", "--out", t / "converted"], True, "converted"),
+        ("sweep", ["--data", sweep_task, "--out", t / "sweep", "--windows", "3", "--heads", "", "--cpu-tiny"], False,
+         "train.out"),
+        ("toy_corpus", [t / "toy", "--train", "20", "--valid", "2", "--test", "2"], False, "val.de"),
+        ("multi30k", ["--raw-dir", raw, "--out", t / "repro", "--seeds", "1", "--systems", "transformer"], False,
+         "notes.txt"),
+        ("gpu_check", ["--out", t / "gpu", "--rehearse", "--only", "tests"], False, "summary.md"),
+    ]
+    before = {**snapshot(tree), **snapshot(transformer_folder["model"]), **snapshot(tmp_path)}
+    for module, argv, has_force, named in commands:
+        for force in ([], ["--force"]) if has_force else ([],):
+            done = (train_main(*argv, *force, check=False) if module == "train"
+                    else recipe_main(module, *argv, *force))
+            said = done.stderr.strip().splitlines()
+            assert done.returncode not in (0, None) and said and named in said[-1], (module, force, done.stderr[-2000:])
+            assert "Traceback" not in done.stderr, (module, force, done.stderr[-2000:])
+            after = {**snapshot(tree), **snapshot(transformer_folder["model"]), **snapshot(tmp_path)}
+            changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+            assert not changed, (module, force, changed)

@@ -308,7 +308,7 @@ def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_i
     # the interrupted run: killed while fairseq copied checkpoint_1_4.pt over checkpoint_last.pt
     cut_run = tmp_path / "cut"
     cut_run.mkdir()
-    for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt"):
+    for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt", "run.json"):
         (cut_run / name).write_bytes((whole / name).read_bytes())
     (cut_run / "checkpoint_last.pt").write_bytes((whole / "checkpoint_1_4.pt").read_bytes()[:100_000])
     done = run(tiny(data_bin, cut_run, 6))

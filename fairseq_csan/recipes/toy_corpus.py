@@ -99,14 +99,14 @@ def sentence_pair(rng):
     return text(en), text(de)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--train", type=int, default=20000)
     parser.add_argument("--valid", type=int, default=500)
     parser.add_argument("--test", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
     seen, pairs = set(), []

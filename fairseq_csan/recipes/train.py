@@ -552,6 +552,12 @@ def write_identity(save: Path, identity: dict) -> None:
                       "task was prepared again. Give a new --save-dir, or --force to start this run again on it")
     if held is not None and held != identity:
         raise Refused(f"{save} holds another run (see {RUN.path(save)}); give a new --save-dir")
+    theirs = [] if held is not None else sorted(p.name for p in save.iterdir() if p.is_file() and not is_lock(p)
+                                                 and TRAINING_WRITES.fullmatch(p.name))
+    if theirs:  # fairseq-train's own checkpoints, or a log of another's: a training would resume from, then replace them
+        raise Refused(f"{save} holds {', '.join(theirs[:5])}, which no training of the kit wrote (it has no "
+                      f"{RUN.file}): train.sh would resume from them and replace them; give a new --save-dir "
+                      "(nothing was changed)")
     # every machine of a multi-node run writes it, into a save folder they may share
     RUN.write(save, identity)
 
@@ -576,8 +582,9 @@ def start_over(save: Path) -> List[str]:
         raise Refused(f"--force would start {save} again, but it holds what a training did not write ({shown}); "
                       "move those away or give another --save-dir (nothing was removed)")
     if not RUN.exists(save):
+        shown = ", ".join(p.name for p in sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
         raise Refused(f"--force would start {save} again, but it holds no run record of the kit's (run.json), so its "
-                      "checkpoints are not a training's of this kit: give another --save-dir (nothing was removed)")
+                      f"files ({shown}) are not a training's of this kit: give another --save-dir (nothing was removed)")
     for path in files:
         path.unlink()
     return [f"--force: removed {len(files)} file(s) of the earlier run in {save} (checkpoints, log, record)"]
