@@ -216,14 +216,25 @@ def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, 
         time.sleep(0.5)  # the killed commands' own ends
         run([*command, "--out", folder])
         assert outputs(folder) == outputs(tmp_path / "reference"), f"{whom} killed after {delay:.1f} s"
-    # a finished evaluation redone and killed midway: no results.json of the one before stays to
-    # say it finished (the Multi30k reproduction keeps an evaluation that has one)
+    # a finished evaluation redone and killed midway: once the redo has begun (it removes
+    # results.json before it changes anything else), no results.json stays to say it finished (the
+    # Multi30k reproduction keeps an evaluation that has one). Killed before that, the folder is
+    # the finished evaluation it was, untouched.
+    before = outputs(folder)
     proc = subprocess.Popen([*command, "--out", str(folder), "--force"], cwd=str(REPO), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    time.sleep(0.5 * duration)
+    deadline = time.time() + 120
+    while (folder / "results.json").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the redo ended before it removed results.json"
+    delay = rng.uniform(0.0, 0.2) * duration
+    time.sleep(delay)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL and not (folder / "results.json").exists()
+    assert proc.returncode == -signal.SIGKILL, f"the redo ended before the kill, {delay:.1f} s after it began"
+    assert not (folder / "results.json").exists(), f"killed {delay:.1f} s into the redo"
+    run([*command, "--out", folder])
+    assert outputs(folder) == before
 
 
 @pytest.mark.slow
