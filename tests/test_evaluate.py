@@ -131,32 +131,22 @@ def test_the_command_shown_in_evaluate_sh_is_what_it_runs(ende, tmp_path):
 
 
 @pytest.mark.slow
-def test_decode_runs_fairseq_generate_in_this_process_as_in_its_own(tree, tmp_path, capsys):
-    """evaluate.decode runs fairseq-generate's entry point in the kit's process: the hypotheses of
-    the fairseq-generate command it shows, apart from its log, with the progress on the kit's
-    standard error; this process's streams, arguments and logging are as before, also after a
-    failure, which is named with the end of fairseq-generate's log."""
-    import logging
-    import subprocess
-    import sys
-
+def test_decode_runs_fairseq_generate_its_hypotheses_apart_from_its_log(tree, tmp_path, capsys):
+    """evaluate.decode runs the fairseq-generate command it shows, as a child of the kit's: its
+    hypotheses in one file, its log in the other, the progress on the kit's standard error; a
+    failure is named with the end of fairseq-generate's log."""
     from fairseq_csan.recipes import decoding, evaluate
 
     task = tree / "task"
     command = ["fairseq-generate", str(task / "data-bin"), "--user-dir", str(evaluate.PLUGIN), "--path",
                str(tree / "ev/averaged.pt"), "--source-lang", "en", "--target-lang", "de", "--gen-subset", "test",
                *decoding.generate_args(), "--remove-bpe", "--batch-size", "16", "--num-workers", "0", "--cpu"]
-    root = logging.getLogger()
-    before = sys.argv, sys.stdout, sys.stderr, root.handlers[:], root.level
     gen, log = tmp_path / "gen.txt", tmp_path / "gen.log"
     evaluate.decode(command, gen, log, N_TEST, 0.05)
-    assert (sys.argv, sys.stdout, sys.stderr, root.handlers, root.level) == before
     shown = capsys.readouterr().err
     assert f"$ fairseq-generate {task / 'data-bin'}" in shown and f"decoded {N_TEST} of {N_TEST} sentences" in shown
-    own = subprocess.run(command, capture_output=True, text=True, check=True)
-    hypotheses = sorted(line for line in gen.read_text(encoding="utf-8").splitlines() if line[:2] in ("H-", "D-", "P-"))
+    hypotheses = [line for line in gen.read_text(encoding="utf-8").splitlines() if line[:2] in ("H-", "D-", "P-")]
     assert len(hypotheses) == 3 * N_TEST
-    assert hypotheses == sorted(line for line in own.stdout.splitlines() if line[:2] in ("H-", "D-", "P-"))
     assert f"Translated {N_TEST} sentences" in log.read_text(encoding="utf-8")  # its log, apart
     assert not any(line.startswith("INFO") for line in gen.read_text(encoding="utf-8").splitlines())
 
@@ -165,7 +155,6 @@ def test_decode_runs_fairseq_generate_in_this_process_as_in_its_own(tree, tmp_pa
         with pytest.raises(SystemExit) as stop:
             evaluate.decode(broken, gen, log, N_TEST, 5)
         assert stop.value.code == 2
-        assert (sys.argv, sys.stdout, sys.stderr, root.handlers, root.level) == before
         err = capsys.readouterr().err
         assert "error: fairseq-generate failed (" in err and why in err and f"its log: {log}" in err
         assert log.read_text(encoding="utf-8").strip().splitlines()[-1] in err  # the end of its log
@@ -173,8 +162,8 @@ def test_decode_runs_fairseq_generate_in_this_process_as_in_its_own(tree, tmp_pa
 
 @pytest.mark.slow
 def test_a_kill_at_any_moment_then_a_rerun_gives_the_uninterrupted_result(ende, tmp_path):
-    """SIGKILL of evaluate.sh's process group, then of the kit's own process alone (which decodes
-    too), each at a random moment; each rerun's translations and scores equal those
+    """SIGKILL of evaluate.sh's process group, then of the kit's own process alone (its
+    fairseq-generate child dies with it), each at a random moment; each rerun's translations and scores equal those
     of an uninterrupted evaluation."""
     import random
     import signal

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 import time
@@ -138,22 +137,14 @@ def too_long_lines(bpe_file: Path, limit):
 
 
 def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> None:
-    """Run fairseq-generate: ``command`` through its own entry point (``fairseq_cli.generate``'s
-    ``cli_main``, what the ``fairseq-generate`` executable calls), in this process, which has
-    loaded fairseq and the checkpoint's architecture already: a process of its own would load them
-    again (about 4 s on 2 cores). What it writes goes where ``command > gen_tmp 2> log_tmp`` puts
-    it: its standard output (the hypotheses) to gen_tmp, its standard error (its log, warnings,
-    errors) to log_tmp, so no log line can land among the hypotheses. The sentences done are
-    reported meanwhile every ``every`` seconds, with the speed and the time left, on this
-    command's own standard error."""
-    import logging
-    import traceback
-
-    from fairseq_cli import generate
+    """Run fairseq-generate (``command``) as ``command > gen_tmp 2> log_tmp`` would: the
+    hypotheses to gen_tmp, its log, warnings and errors to log_tmp, so no log line can land among
+    the hypotheses. It runs as every child of the kit's does (runner.run_child: a process group
+    of its own, killed with this process, a signal to this one passed on to it). The sentences
+    done are reported meanwhile every ``every`` seconds, with the speed and the time left."""
+    from .runner import Progress, run_child
 
     log(f"  $ {shell_words(command)} > {gen_tmp} 2> {log_tmp}")
-    terminal = sys.stderr  # the watcher reports here, not into log_tmp
-    done = threading.Event()
 
     def count():
         try:
@@ -162,63 +153,46 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
         except OSError:
             return 0
 
-    from .runner import Progress
-
     progress = Progress("evaluate", "  decoded", "sentences", total, every=0)  # (the watcher keeps the time)
     progress.at(0, time.time())  # the speed from the start
+    done = threading.Event()
 
     def watch():
         while not done.wait(every):
-            print(progress.at(count(), time.time()), file=terminal, flush=True)
+            print(progress.at(count(), time.time()), file=sys.stderr, flush=True)
 
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level, sys.argv, sys.stdout, sys.stderr
-    failure = None
     watcher = threading.Thread(target=watch, daemon=True)
+    failure = None
     try:
-        with open(gen_tmp, "w", encoding="utf-8", buffering=1) as out, \
-                open(log_tmp, "w", encoding="utf-8", buffering=1) as err:
+        with open(log_tmp, "wb") as err:
+            def to_log(line: bytes) -> None:
+                err.write(line + b"\n")
+
             watcher.start()
-            # its log to err, as in a process of its own (fairseq's import sets up Python's default
-            # format, to standard error) at fairseq-generate's level, INFO or LOGLEVEL, whatever
-            # this process had set up (its logging.basicConfig then changes nothing)
-            handler = logging.StreamHandler(err)
-            handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
-            root.handlers = [handler]
-            level = os.environ.get("LOGLEVEL", "INFO").upper()
-            root.setLevel(level if isinstance(logging.getLevelName(level), int) else logging.INFO)
-            sys.argv, sys.stdout, sys.stderr = list(command), out, err
-            try:
-                generate.cli_main()
-            except SystemExit as stop:  # argparse's refusal of an argument, with its message on err
-                if stop.code not in (None, 0):
-                    failure = f"exit status {stop.code}"
-            except Exception as error:  # noqa: BLE001  (any error of fairseq's: its traceback to err)
-                failure = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                try:
-                    traceback.print_exc(file=err)
-                except OSError:
-                    pass
-            finally:
-                root.handlers, level, sys.argv, sys.stdout, sys.stderr = saved
-                root.setLevel(level)
-    except OSError as error:  # writing or closing the files (a full disk)
-        failure = failure or str(error)
+            ended = run_child(command, gen_tmp, errors_to_out=False, errors=to_log, with_parent=True,
+                              name="fairseq-generate", say=log)
+        if ended.signal is not None:
+            raise SystemExit(ended.code)
+        if ended.code != 0:
+            failure = f"exit status {ended.code}"
+    except OSError as error:  # writing the files (a full disk)
+        failure = str(error)
     finally:
         done.set()
     if failure is not None:
         try:
-            tail = "".join(log_tmp.read_text(encoding="utf-8", errors="replace").splitlines(True)[-20:])
+            lines = log_tmp.read_text(encoding="utf-8", errors="replace").splitlines(True)
         except OSError:
-            tail = ""
-        sys.stderr.write(tail)
-        if not tail.strip():  # the log itself could not be written: most often a full disk
+            lines = []
+        sys.stderr.write("".join(lines[-20:]))
+        if not "".join(lines).strip():  # the log itself could not be written: most often a full disk
             import shutil
 
             free = shutil.disk_usage(log_tmp.parent).free
             die(f"fairseq-generate failed ({failure}) and wrote no log ({log_tmp} is empty); "
                 f"{free / 2**20:.0f} MiB are free on the disk of {log_tmp.parent}")
-        die(f"fairseq-generate failed ({failure}; its log: {log_tmp})")
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        die(f"fairseq-generate failed ({failure}: {last}; its log: {log_tmp})")
     log(f"    decoded {count()} of {total} sentences")
 
 
