@@ -84,6 +84,13 @@ def test_exported_folder_translates_as_evaluate(tiny_task, tmp_path):
     done = recipe_main("export", "--data", task, "--checkpoint", other, "--out", folder)
     assert done.returncode == 2 and "pass --force to replace it" in done.stderr
     assert (folder / "model.pt").read_bytes() == before
+    # a file of the folder changed by hand since is not export's to replace, --force or not
+    codes = (folder / "bpecodes").read_bytes()
+    (folder / "bpecodes").write_bytes(codes + b"my own merge\n")
+    done = recipe_main("export", "--data", task, "--checkpoint", other, "--out", folder, "--force")
+    assert done.returncode == 2 and f"it holds {folder / 'bpecodes'}, which export did not write" in done.stderr
+    assert (folder / "model.pt").read_bytes() == before
+    (folder / "bpecodes").write_bytes(codes)
     done = recipe_main("export", "--data", task, "--checkpoint", other, "--out", folder, "--force")
     assert done.returncode == 0 and "replaced" in done.stderr
     assert (folder / "model.pt").read_bytes() != before

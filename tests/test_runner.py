@@ -84,6 +84,46 @@ def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
     assert target.read_bytes() == b"bytes\n"
 
 
+def test_replace_folder_puts_a_whole_folder_in_place_or_leaves_the_old_one(tmp_path):
+    """A folder is written whole beside its place, then renamed in: 'written', 'unchanged' for the
+    same files, 'replaced' unless the caller refuses; a failure or a refusal leaves the folder
+    as it was and no temporary; a kill between the swap's two renames (the old folder aside, the
+    new one not yet in) is undone by the next call."""
+    out = tmp_path / "model"
+
+    def files(folder):
+        return {p.name: p.read_text() for p in folder.iterdir()}
+
+    def writer(**content):
+        def write(folder):
+            for name, text in content.items():
+                (folder / name).write_text(text)
+        return write
+
+    def allowed(_out):
+        pass
+
+    def refused(_out):
+        raise Refusal("not with this one")
+
+    assert runner.replace_folder(out, writer(a="1"), refused) == "written"
+    assert runner.replace_folder(out, writer(a="1"), refused) == "unchanged"
+    with pytest.raises(Refusal, match="not with this one"):
+        runner.replace_folder(out, writer(a="2"), refused)
+
+    def failing(folder):
+        (folder / "a").write_text("half")
+        raise OSError("full disk")
+
+    with pytest.raises(OSError):
+        runner.replace_folder(out, failing, allowed)
+    assert files(out) == {"a": "1"} and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert runner.replace_folder(out, writer(b="2"), allowed) == "replaced" and files(out) == {"b": "2"}
+    os.replace(out, tmp_path / ".model.old")  # killed after the first rename
+    assert runner.replace_folder(out, writer(b="2"), refused) == "unchanged" and files(out) == {"b": "2"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
 def test_a_second_writer_is_refused_naming_the_first(tmp_path):
     out = tmp_path / "out"
     holder = hold_lock(out, True)

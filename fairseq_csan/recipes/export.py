@@ -17,22 +17,22 @@ decoding settings (decoding.py: beam 4, length penalty 0.6, output length <= sou
 gives the recipe's translation (what evaluate.sh writes to hyp.detok) with no other argument.
 export.json records the SHA-256 of every file of the folder; translate.py and
 ``from_pretrained`` (with the plugin imported) check them, and name a file that differs.
-An existing FOLDER that export wrote, holding another model, is replaced only with --force; the
-same export again is a no-op. A FOLDER that export did not write (a checkpoint or evaluation
-folder, anything else) is never replaced, and an --out that holds or lies inside the checkpoint
+An existing FOLDER that export wrote, holding another model, is replaced only with --force (as
+a whole: the new folder is written beside it, then renamed in); the same export again is a
+no-op. A FOLDER that export did not write (a checkpoint or evaluation folder, one with a file
+export.json does not list or one changed by hand since) is never replaced, and an --out that holds or lies inside the checkpoint
 or the task folder is refused.
 """
 
 import argparse
-import filecmp
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
+from typing import List
 
 from . import decoding
-from .runner import Refusal, WriterLock, foreign_files, listing, refuse_overlaps
+from .runner import Refusal, WriterLock, listing, refuse_overlaps, replace_folder
 from .task import NotATask, PreparedTask
 
 TOKENIZER = "csan_recipe"
@@ -119,21 +119,20 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
 
 
-def written_by_export(folder: Path) -> bool:
-    """Whether ``folder`` is a model folder this command wrote: export.json, and no file that
-    export does not write."""
-    if not (folder / "export.json").is_file():
-        return False
-    return not [p for p in folder.iterdir() if not (p.name in ("model.pt", "export.json", *BPE_FILES)
-                                                    or (p.name.startswith("dict.") and p.name.endswith(".txt")))]
+def not_written_by_export(folder: Path) -> List[Path]:
+    """The files of ``folder`` that export (or convert) did not write, as they are now: every
+    file without a readable export.json, else those it does not list and those whose SHA-256
+    differs from its record (changed by hand since)."""
+    from fairseq_csan.model_folder import sha256
 
-
-def same_folder(a: Path, b: Path) -> bool:
-    names = sorted(p.name for p in a.iterdir())
-    if names != sorted(p.name for p in b.iterdir()):
-        return False
-    match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
-    return not mismatch and not errors
+    found = sorted(p for p in folder.rglob("*") if not p.is_dir() or p.is_symlink())
+    try:
+        files = json.loads((folder / "export.json").read_text(encoding="utf-8"))["files"]
+        files = dict(files)
+    except (OSError, ValueError, KeyError, TypeError):
+        return found
+    return [p for p in found if p != folder / "export.json"
+            and (p.parent != folder or p.is_symlink() or p.name not in files or sha256(p) != files[p.name])]
 
 
 def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
@@ -159,51 +158,29 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
 
 
 def write_model_folder(out: Path, write, force: bool, by: str = "export") -> str:
-    """``write(folder)`` as the model folder ``out``, under its lock (``.OUT.lock`` beside it): an
-    ``out`` holding anything but a model folder that export or convert wrote is refused."""
-    if out.is_dir() and any(out.iterdir()) and not written_by_export(out):
-        theirs = foreign_files(out, [])
-        raise ExportError(f"{out} is not a model folder that {by} wrote (it holds {listing(theirs)}); "
-                          "give another --out (nothing was changed)")
+    """``write(folder)`` as the model folder ``out`` (runner.replace_folder), under its lock
+    (``.OUT.lock`` beside it): 'written', 'replaced' or 'unchanged'. An ``out`` holding a file
+    that export or convert did not write (export.json's record) is refused; one holding another
+    model is replaced only with ``force``."""
+    theirs = not_written_by_export(out) if out.is_dir() else []
+    if theirs:
+        raise ExportError(f"{out} is not a model folder that {by} wrote (it holds {listing(theirs)}, which {by} did not "
+                          "write or which changed since); give another --out (nothing was changed)")
     out.parent.mkdir(parents=True, exist_ok=True)
+
+    def may_replace(_old):
+        if not force:
+            raise ExportError(f"{out} holds another model folder that {by} wrote; pass --force to replace it, "
+                              "or give another --out")
+
     try:
         lock = WriterLock(out, folder=False, what=by).acquire()
     except Refusal as error:
         raise ExportError(str(error)) from None
     try:
-        return replace_folder(out, write, force, by)
+        return replace_folder(out, write, may_replace)
     finally:
         lock.release()
-
-
-def replace_folder(out: Path, write, force: bool, by: str = "export") -> str:
-    """``write(folder)`` into a new folder beside ``out``, then put it in place of ``out``:
-    'written', 'replaced' (only with ``force``) or 'unchanged' (the same files)."""
-    new = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(new, ignore_errors=True)
-    new.mkdir()
-    try:
-        write(new)
-        if out.is_dir() and any(out.iterdir()):
-            if same_folder(new, out):
-                shutil.rmtree(new)
-                return "unchanged"
-            if not force:
-                raise ExportError(f"{out} holds another model folder that {by} wrote; pass --force to replace it, "
-                                  "or give another --out")
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(new, out)
-            shutil.rmtree(old)
-            return "replaced"
-        if out.is_dir():
-            out.rmdir()
-        os.replace(new, out)
-        return "written"
-    finally:
-        if new.exists():
-            shutil.rmtree(new)
 
 
 def main(argv=None):

@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import filecmp
 import hashlib
 import json
 import os
@@ -282,6 +283,52 @@ def write_atomically(path: Path, data) -> None:
     """Write ``data`` (str, as UTF-8, or bytes) to ``path`` through :func:`atomic`."""
     with atomic(path) as (part,):
         part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir())
+    if names != sorted(p.name for p in b.iterdir()):
+        return False
+    _match, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
+    return not mismatch and not errors
+
+
+def replace_folder(out: Path, write: Callable[[Path], None], may_replace: Callable[[Path], None]) -> str:
+    """The kit's one way to write a whole folder: ``write(new)`` fills a new folder beside ``out``
+    (:func:`unique_temporary`), whose files are then flushed to the disk and which takes the place
+    of ``out``: 'written' (``out`` missing or empty), 'unchanged' (``out`` holds the same files;
+    the new one is dropped) or, unless ``may_replace(out)`` raises to refuse, 'replaced'. The swap is two renames (``out`` aside as ``.NAME.old``, the new one in); a kill
+    between them leaves ``.NAME.old``, which the next call puts back first."""
+    out = Path(out)
+    old = out.with_name(f".{out.name}.old")
+    if old.is_dir():
+        if out.exists():
+            shutil.rmtree(old)  # the swap was done
+        else:
+            os.replace(old, out)  # killed between the renames: the folder as it was
+    new = unique_temporary(out)
+    shutil.rmtree(new, ignore_errors=True)
+    new.mkdir()
+    try:
+        write(new)
+        for path in new.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+        if out.is_dir() and any(out.iterdir()):
+            if _same_folder(new, out):
+                return "unchanged"
+            may_replace(out)
+            os.replace(out, old)
+            os.replace(new, out)
+            shutil.rmtree(old)
+            return "replaced"
+        if out.is_dir():
+            out.rmdir()
+        os.replace(new, out)
+        return "written"
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
 
 
 def check_writable(path: Path, flag: str) -> None:
