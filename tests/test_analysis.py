@@ -88,7 +88,15 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
     assert (out / "length_buckets.png").stat().st_size > 1000
     again = run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline",
                  tmp_path / "ev_base", "--system", f"CSAN={tmp_path / 'sys'}", "--out", out], check=False)
-    assert again.returncode != 0 and "exist; pass --force" in again.stderr
+    assert again.returncode != 0 and "pass --force to replace it" in again.stderr
+    mine = tmp_path / "mine"
+    write(mine / "ngram_gap.md", ["my table"])
+    for force in ([], ["--force"]):  # a file of the user's where an output goes: never replaced
+        refused = analysis("ngram_gap", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base", "--system",
+                           f"CSAN={tmp_path / 'sys'}", "--out", mine, *force)
+        assert refused.returncode != 0 and f"--out {mine / 'ngram_gap.md'} exists, and the ngram_gap analysis did " \
+            "not write it" in refused.stderr
+    assert [p.name for p in mine.iterdir()] == ["ngram_gap.md"] and lines(mine / "ngram_gap.md") == ["my table"]
     assert not list(out.glob(".*.lock"))  # each run's lock is gone with it
     # a second run of one analysis into the same folder while one writes there: refused, naming it
     from recipe_helpers import hold_lock

@@ -1,5 +1,5 @@
 """fairseq_csan.recipes.collect_results: evaluations -> a Table-2-shaped markdown table (BLEU or
-chrF), refusing to overwrite."""
+chrF), replacing only a table it wrote."""
 
 import json
 
@@ -58,7 +58,14 @@ def test_collect_results_refuses_to_overwrite(tmp_path):
     run_dir = _result(tmp_path / "a", "T", "wmt14_en_de", 20.0)
     (tmp_path / "table.md").write_text("mine")
     done = run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "table.md"], check=False)
-    assert done.returncode != 0 and "exists" in done.stderr
+    assert done.returncode == 2 and "collect_results did not write it" in done.stderr
+    done = run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "table.md",
+                "--force"], check=False)  # a file of the user's: --force does not change that
+    assert done.returncode == 2 and "collect_results did not write it" in done.stderr
     assert (tmp_path / "table.md").read_text() == "mine"
-    run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "table.md", "--force"])
-    assert "| T |" in (tmp_path / "table.md").read_text()
+    run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "mine.md"])
+    done = run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "mine.md"],
+               check=False)
+    assert done.returncode == 2 and "pass --force to replace it" in done.stderr
+    run(["python", "-m", "fairseq_csan.recipes.collect_results", run_dir, "--output", tmp_path / "mine.md", "--force"])
+    assert "| T |" in (tmp_path / "mine.md").read_text()

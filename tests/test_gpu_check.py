@@ -56,10 +56,10 @@ def test_gpu_check_lists_a_command_for_every_step():
         for mode in ("train", "decode"):
             assert steps[f"benchmark-{mode}-{precision}"] == (
                 f"python -m fairseq_csan.recipes.benchmark --mode {mode} --device cuda --precision {precision} --all "
-                f"--lengths-from /d/newstest2014 --out /o/benchmark_{mode}_{precision}.md")
+                f"--lengths-from /d/newstest2014 --out /o/benchmark_{mode}_{precision}.md --force")
         assert steps[f"benchmark-crossover-{precision}"] == (
             f"python -m fairseq_csan.recipes.benchmark --mode crossover --device cuda --precision {precision} "
-            f"--out /o/benchmark_crossover_{precision}.md")
+            f"--out /o/benchmark_crossover_{precision}.md --force")
     for k, seeds in ((1, "1"), (2, "1,2"), (3, "1,2,3")):  # pieces: a finished run is kept by the next
         assert steps[f"multi30k-seed{k}"] == ("python -m fairseq_csan.recipes.multi30k --device cuda --jobs 3 "
                                               f"--model small --max-update 500 --seeds {seeds} --raw-dir /r --out /o/multi30k")

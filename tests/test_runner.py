@@ -863,7 +863,7 @@ def test_every_command_refuses_to_touch_a_users_file_in_what_it_writes_force_or_
     included) pre-filled with a file of the user's that it would write, replace or resume from.
     Each run, with --force where the command has it and without, ends with one line naming the
     file, no traceback, and every file under the tree and tmp_path as it was."""
-    from recipe_helpers import fake_task, train_main
+    from recipe_helpers import fake_task, in_process, module_main, train_main
 
     task, ck, model = tree / "task", tree / "ck", tree / "model"
     raw = tmp_path / "m30k"
@@ -875,7 +875,8 @@ def test_every_command_refuses_to_touch_a_users_file_in_what_it_writes_force_or_
         "prep/bpe/codes": "my own codes\n", "save/checkpoint_last.pt": "fairseq-train's own checkpoint\n",
         "ev/results.md": "my results\n", "model/notes.txt": "my notes\n", "out.de": "my translation\n",
         "avg.pt": "my average\n", "converted/notes.txt": "my notes\n", "sweep/csan1d_window3/train.out": "my log\n",
-        "toy/val.de": "mine\n", "repro/notes.txt": "my notes\n", "gpu/summary.md": "my summary\n"}
+        "toy/val.de": "mine\n", "repro/notes.txt": "my notes\n", "gpu/summary.md": "my summary\n",
+        "table.md": "my table\n", "bench.md": "my timings\n", "gaps/ngram_gap.md": "my gaps\n"}
     for name, text in planted.items():
         write(tmp_path / name, [text.rstrip("\n")])
     t = tmp_path
@@ -897,12 +898,17 @@ def test_every_command_refuses_to_touch_a_users_file_in_what_it_writes_force_or_
         ("multi30k", ["--raw-dir", raw, "--out", t / "repro", "--seeds", "1", "--systems", "transformer"], False,
          "notes.txt"),
         ("gpu_check", ["--out", t / "gpu", "--rehearse", "--only", "tests"], False, "summary.md"),
+        ("collect_results", [tree / "ev", "--output", t / "table.md"], True, "table.md"),
+        ("benchmark", ["--mode", "crossover", "--out", t / "bench.md"], True, "bench.md"),
+        ("analysis.ngram_gap", ["--ref", task / "raw/test.de", "--baseline", f"b={task / 'raw/test.de'}", "--system",
+                                f"s={task / 'raw/test.de'}", "--out", t / "gaps"], True, "ngram_gap.md"),
     ]
     before = {**snapshot(tree), **snapshot(transformer_folder["model"]), **snapshot(tmp_path)}
     for module, argv, has_force, named in commands:
         for force in ([], ["--force"]) if has_force else ([],):
             done = (train_main(*argv, *force, check=False) if module == "train"
-                    else recipe_main(module, *argv, *force))
+                    else in_process(module_main(f"fairseq_csan.recipes.{module}"), [*argv, *force], check=False)
+                    if module == "benchmark" else recipe_main(module, *argv, *force))  # (its main reads sys.argv)
             said = done.stderr.strip().splitlines()
             assert done.returncode not in (0, None) and said and named in said[-1], (module, force, done.stderr[-2000:])
             assert "Traceback" not in done.stderr, (module, force, done.stderr[-2000:])

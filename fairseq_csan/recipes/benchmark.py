@@ -90,6 +90,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq.tasks.translation import TranslationTask
 from fairseq_csan.recipes import decoding
+from fairseq_csan.recipes.runner import Refusal, check_replaceable, check_writable, write_whole
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
 # the sentence lengths of newstest2014 En-De (word counts only), shipped so that nothing need be prepared
@@ -564,7 +565,9 @@ def parse_args():
     parser.add_argument("--max-len", type=positive(int), default=128)
     parser.add_argument("--threads", type=positive(int), default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    parser.add_argument("--out", type=Path, help="also write the markdown table here (a file the benchmark wrote "
+                        "is replaced with --force only; anyone else's never)")
+    parser.add_argument("--force", action="store_true", help="replace an --out that the benchmark wrote")
     parser.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc malloc's defaults")
     parser.add_argument("--lengths", type=positive(int), nargs="+",
                         help=f"--mode long: sequence lengths (default {' '.join(map(str, LONG_LENGTHS))}); "
@@ -606,6 +609,12 @@ def main():
         print(probe_memory(variant, impl, int(T), int(B), PRECISIONS[args.precision]))
         return
     check_device(args)
+    if args.out:
+        try:
+            check_writable(args.out, "--out")
+            check_replaceable(args.out, "benchmark", args.force, "--out")
+        except Refusal as error:
+            refuse(str(error))
     if args.mode in ("train", "decode"):
         architectures(args)  # an unknown one fails here, before any work
     if args.mode in ("train", "decode") and args.lengths_from and not Path(f"{args.lengths_from}.en").exists():
@@ -635,7 +644,7 @@ def main():
     table = "\n".join(lines)
     print(table)
     if args.out:
-        args.out.write_text(table + "\n", encoding="utf-8")
+        write_whole(args.out, table + "\n", "benchmark")
 
 
 def architectures(args):

@@ -12,8 +12,9 @@ significance mark against the baseline given to evaluate.sh (⇑/↑: better at 
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from .runner import Refusal, check_replaceable, check_writable, write_whole
 
 TASK_TITLES = {"wmt14_en_de": "WMT14 En⇒De", "wmt17_zh_en": "WMT17 Zh⇒En", "wat17_ja_en": "WAT17 Ja⇒En"}
 METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU", "sacrebleu": "sacreBLEU",
@@ -104,13 +105,18 @@ def main(argv=None):
     parser.add_argument("runs", nargs="+", help="evaluation folders (scripts/evaluate.sh --out)")
     parser.add_argument("--metric", choices=sorted(METRICS), default="bleu_tok")
     parser.add_argument("--output", type=Path, help="write the table here as well as printing it")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    parser.add_argument("--force", action="store_true", help="replace an --output that collect_results wrote "
+                        "(a file of anyone else's, or one changed since, is never replaced)")
     args = parser.parse_args(argv)
+    if args.output:
+        try:
+            check_writable(args.output, "--output")
+            check_replaceable(args.output, "collect_results", args.force, "--output")
+        except Refusal as error:
+            parser.error(str(error))
     text = table(load(args.runs), args.metric)
     if args.output:
-        if args.output.exists() and not args.force:
-            sys.exit(f"collect_results: {args.output} exists; --force to overwrite")
-        args.output.write_text(text, encoding="utf-8")
+        write_whole(args.output, text, "collect_results")
     print(text, end="")
 
 

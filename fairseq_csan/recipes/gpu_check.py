@@ -174,18 +174,18 @@ def plan(args) -> List[Step]:
     steps = []
     if "tests" in args.only:
         steps.append(Step("tests", ["pytest", "-rs", "-v", str(ROOT / "tests" / "test_gpu.py")], "tests"))
-    if "benchmark" in args.only:
+    if "benchmark" in args.only:  # --force: a step redone replaces the table its benchmark wrote before
         lengths = ["--lengths-from", str(args.lengths_from)] if args.lengths_from else []
         for precision in args.precisions:
             for mode in ("train", "decode"):
                 steps.append(Step(f"benchmark-{mode}-{precision}", [
                     "fairseq_csan.recipes.benchmark", "--mode", mode, "--device", device, "--precision", precision,
                     "--all", *lengths, *(TOY_BENCHMARK if args.rehearse else []),
-                    "--out", str(args.out / f"benchmark_{mode}_{precision}.md")], "benchmark"))
+                    "--out", str(args.out / f"benchmark_{mode}_{precision}.md"), "--force"], "benchmark"))
             steps.append(Step(f"benchmark-crossover-{precision}", [
                 "fairseq_csan.recipes.benchmark", "--mode", "crossover", "--device", device, "--precision", precision,
                 *(TOY_CROSSOVER if args.rehearse else []),
-                "--out", str(args.out / f"benchmark_crossover_{precision}.md")], "crossover"))
+                "--out", str(args.out / f"benchmark_crossover_{precision}.md"), "--force"], "crossover"))
     if "multi30k" in args.only:
         for k in range(1, args.multi30k_seeds + 1):  # pieces: seeds 1..k; finished runs are kept, the table has all
             steps.append(Step(f"multi30k-seed{k}", [

@@ -41,9 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis.common import pyplot, read_lines, write_table
-from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, listing, made_from,
-                     run_child, shell_words, stamped_change, write_atomically)
+from .analysis.common import pyplot, read_lines, save_figure, write_table
+from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, foreign_files, is_lock,
+                     listing, made_from, run_child, shell_words, stamped_change, write_atomically)
 from .score import mark
 
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
@@ -395,14 +395,37 @@ def plot_results(records, path):
     ax.set_ylim(max(0, low - 2), high + 1)
     ax.set_ylabel("sacreBLEU, test_2016_flickr")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
+
+
+ANALYSES = ("ngram_gap", "length_buckets", "gate_weights", "gate_weights_pos", "window_sweep")  # their file stems
+
+
+def analysis_outputs(out: Path) -> list:
+    """What the reproduction writes in OUT/analysis: the pooled files and each analysis's table and plot."""
+    folder = out / "analysis"
+    return [folder / "pooled", *(folder / f"{stem}.{ext}" for stem in ANALYSES for ext in ("csv", "md", "png"))]
+
+
+def check_analysis_folder(out: Path) -> None:
+    """OUT/analysis is rewritten on every run: a file there that the reproduction does not write
+    is refused before anything trains, not deleted."""
+    theirs = [p for p in foreign_files(out / "analysis", analysis_outputs(out)) if not is_lock(p)]
+    if theirs:
+        raise Refusal(f"{out / 'analysis'} holds files the reproduction did not write ({listing(theirs)}), and it "
+                      "rewrites that folder on every run: move them away, then run the same command again (nothing "
+                      "was changed)")
 
 
 def analyses(args, data, runs):
     """The analysis commands on these runs, into OUT/analysis (rewritten each time)."""
     out = args.out / "analysis"
-    shutil.rmtree(out, ignore_errors=True)  # nothing left over from a run with other systems
+    check_analysis_folder(args.out)
+    for path in analysis_outputs(args.out):  # nothing left over from a run with other systems
+        if path.is_dir():
+            shutil.rmtree(path)
+        for mine in (path, path.with_name(f".{path.name}.written.json")):
+            mine.unlink(missing_ok=True)
     pooled = out / "pooled"
     pooled.mkdir(parents=True, exist_ok=True)
     # n-gram precisions and BLEU are corpus sums, so the seeds' outputs are pooled by
@@ -540,6 +563,10 @@ def main(argv=None):
     if before is None and theirs:  # a folder the reproduction never wrote: its files are someone's
         raise SystemExit(f"multi30k: --out {args.out} holds files the reproduction did not write ({listing(theirs)}); "
                          "give a new or empty folder (nothing was changed)")
+    try:
+        check_analysis_folder(args.out)
+    except Refusal as error:
+        raise SystemExit(f"multi30k: {error}") from None
     trained = (before or {}).pop("trained", {})  # what each finished run shared the machine with
     if before is not None and holds_runs and before != REPRODUCTION.typed(settings):
         raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {REPRODUCTION.path(args.out)}); "

@@ -41,34 +41,55 @@ def bleu_stats(hyps, refs):
     return BLEU(tokenize="none", force=True).corpus_score(hyps, [refs])
 
 
-def outputs(out: Path, stem: str, force: bool):
-    """The CSV, markdown and PNG paths of one analysis; refuses to overwrite without force, and
-    refuses a second run of the same analysis into ``out`` while one writes there."""
-    from ..runner import Refusal, WriterLock
+def _by(path: Path) -> str:
+    return f"the {path.stem} analysis"  # the writer of OUT/STEM.csv, .md and .png, in their records
 
-    out.mkdir(parents=True, exist_ok=True)
+
+def outputs(out: Path, stem: str, force: bool):
+    """The CSV, markdown and PNG paths of one analysis. An existing one is replaced only with
+    ``force``, and only where this analysis wrote it and it is unchanged since (its record,
+    runner.written); a file of anyone else's is refused, ``force`` or not. A second run of the
+    same analysis into ``out`` while one writes there is refused too."""
+    from ..runner import Refusal, WriterLock, check_replaceable
+
     paths = [out / f"{stem}.{ext}" for ext in ("csv", "md", "png")]
     try:
-        WriterLock(paths[0], folder=False, what=f"the {stem} analysis").acquire()  # held to the end
+        for path in paths:
+            check_replaceable(path, _by(path), force, "--out")
+        out.mkdir(parents=True, exist_ok=True)
+        WriterLock(paths[0], folder=False, what=_by(paths[0])).acquire()  # held to the end
     except Refusal as error:
         raise SystemExit(f"error: {error}") from None
-    existing = [str(p) for p in paths if p.exists()]
-    if existing and not force:
-        raise SystemExit(f"{', '.join(existing)} exist; pass --force to overwrite")
     return paths
 
 
 def write_table(csv_path: Path, md_path: Path, header, rows, note=""):
-    with open(csv_path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
+    """The table as CSV and markdown (each written whole, with its record); the markdown returned."""
+    import io
+
+    from ..runner import write_whole
+
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_whole(csv_path, table.getvalue(), _by(csv_path))
     text = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     text += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
     if note:
         text += ["", note]
-    md_path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    write_whole(md_path, "\n".join(text) + "\n", _by(md_path))
     return "\n".join(text)
+
+
+def save_figure(fig, path: Path) -> None:
+    """The plot as a PNG, written whole, with its record; the figure closed."""
+    from ..runner import atomic, keep_written
+
+    with atomic(path) as (part,):
+        fig.savefig(part, dpi=150, format="png")
+    keep_written(path, _by(path))
+    pyplot().close(fig)
 
 
 def _cell(value):

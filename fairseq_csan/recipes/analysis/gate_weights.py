@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..runner import TASK, Damaged
-from .common import outputs, pyplot, read_lines, write_table
+from .common import outputs, pyplot, read_lines, save_figure, write_table
 
 
 def words_of(pieces):
@@ -155,8 +155,7 @@ def plot_layers(rows, path):
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("mean gate value")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_pos(rows, path):
@@ -175,8 +174,7 @@ def plot_pos(rows, path):
         ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None):
@@ -188,7 +186,8 @@ def main(argv=None):
     parser.add_argument("--pos", type=Path, help="POS tags aligned with the subset's source, one per word")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the outputs this analysis wrote (never anyone else's)")
     args = parser.parse_args(argv)
     data = args.data / "data-bin" if (args.data / "data-bin").is_dir() else args.data
     models = []

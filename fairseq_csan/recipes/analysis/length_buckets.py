@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, system, write_table
+from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, save_figure, system, write_table
 
 
 def equal_groups(lengths, groups):
@@ -78,8 +78,7 @@ def plot(rows, baseline_name, path):
     right.set_ylabel(f"{baseline_name} BLEU", color="grey")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None):
@@ -91,7 +90,8 @@ def main(argv=None):
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--groups", type=int, default=10, help="number of groups (default 10)")
     parser.add_argument("--width", type=int, help="fixed group width in tokens instead of equal-size groups")
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the outputs this analysis wrote (never anyone else's)")
     args = parser.parse_args(argv)
     if args.groups < 1:
         parser.error("--groups must be at least 1")

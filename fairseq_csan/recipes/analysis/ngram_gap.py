@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, system, write_table
+from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, save_figure, system, write_table
 from sacrebleu.metrics import BLEU  # noqa: E402
 
 
@@ -63,8 +63,7 @@ def plot(rows, baseline_name, path, max_order):
     ax.set_ylabel(f"precision gap over {baseline_name} (points)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None):
@@ -74,7 +73,8 @@ def main(argv=None):
     parser.add_argument("--system", required=True, action="append", help="evaluation folder or NAME=FILE")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--max-order", type=int, default=4)
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the outputs this analysis wrote (never anyone else's)")
     args = parser.parse_args(argv)
     if not 1 <= args.max_order <= 9:
         parser.error("--max-order must be between 1 and 9")

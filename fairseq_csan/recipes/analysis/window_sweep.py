@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..runner import SWEEP, Damaged
-from .common import outputs, pyplot, write_table
+from .common import outputs, pyplot, save_figure, write_table
 
 LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}
 
@@ -53,8 +53,7 @@ def plot(rows, path, metric):
         ax.set_xlabel(LABELS.get(kind, kind))
         ax.set_ylabel(f"dev {metric}")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None):
@@ -62,7 +61,8 @@ def main(argv=None):
     parser.add_argument("--sweep", required=True, type=Path, help="the --out of scripts/sweep.sh")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--metric", choices=["bleu_tok", "sacrebleu"], default="bleu_tok")
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the outputs this analysis wrote (never anyone else's)")
     args = parser.parse_args(argv)
     rows = collect(args.sweep, args.metric)
     csv_path, md_path, png_path = outputs(args.out, "window_sweep", args.force)
