@@ -13,7 +13,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from conftest import shared_corpus
-from recipe_helpers import recipe_main, write
+from recipe_helpers import lines, recipe_main, write
 
 def load():
     from fairseq_csan.recipes import multi30k
@@ -308,3 +308,12 @@ def test_an_out_holding_files_the_reproduction_did_not_write_is_refused(tmp_path
     done = recipe_main("multi30k", "--raw-dir", raw, "--out", out)
     assert done.returncode != 0 and "holds files the reproduction did not write" in done.stderr
     assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["notes.md"]
+    # a folder the reproduction wrote, with a file of the user's in OUT/analysis, which every run
+    # rewrites: refused before anything is prepared or trained, the file kept
+    (out / "notes.md").unlink()
+    (out / "settings.json").write_text(json.dumps({"raw_dir": str(raw.resolve())}))
+    write(out / "analysis/ngram_gap.md", ["my reading of the gaps"])
+    done = recipe_main("multi30k", "--raw-dir", raw, "--out", out)
+    assert done.returncode != 0 and f"{out / 'analysis'} holds files the reproduction did not write " \
+        f"({out / 'analysis/ngram_gap.md'})" in done.stderr
+    assert lines(out / "analysis/ngram_gap.md") == ["my reading of the gaps"] and not (out / "data").exists()

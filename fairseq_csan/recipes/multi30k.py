@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis.common import pyplot, read_lines, save_figure, write_table
+from .analysis.common import pyplot, read_lines, save_figure, write_table, written_by_analysis
 from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, foreign_files, is_lock,
                      listing, made_from, run_child, shell_words, stamped_change, write_atomically)
 from .score import mark
@@ -410,7 +410,9 @@ def analysis_outputs(out: Path) -> list:
 def check_analysis_folder(out: Path) -> None:
     """OUT/analysis is rewritten on every run: a file there that the reproduction does not write
     is refused before anything trains, not deleted."""
-    theirs = [p for p in foreign_files(out / "analysis", analysis_outputs(out)) if not is_lock(p)]
+    mine = analysis_outputs(out)
+    theirs = [p for p in foreign_files(out / "analysis", mine) if not is_lock(p)]
+    theirs += [p for p in mine[1:] if p.is_file() and not written_by_analysis(p)]  # a user's file of that name
     if theirs:
         raise Refusal(f"{out / 'analysis'} holds files the reproduction did not write ({listing(theirs)}), and it "
                       "rewrites that folder on every run: move them away, then run the same command again (nothing "

@@ -45,6 +45,17 @@ def _by(path: Path) -> str:
     return f"the {path.stem} analysis"  # the writer of OUT/STEM.csv, .md and .png, in their records
 
 
+def written_by_analysis(path: Path) -> bool:
+    """Whether ``path`` is an output its analysis wrote, unchanged since (its record)."""
+    from ..runner import Refusal, check_replaceable
+
+    try:
+        check_replaceable(path, _by(path), True, "--out")
+    except Refusal:
+        return False
+    return True
+
+
 def outputs(out: Path, stem: str, force: bool):
     """The CSV, markdown and PNG paths of one analysis. An existing one is replaced only with
     ``force``, and only where this analysis wrote it and it is unchanged since (its record,
