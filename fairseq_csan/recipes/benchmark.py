@@ -63,7 +63,7 @@ usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long|crosso
                                    [--device cpu|cuda] [--precision fp32|fp16|bf16] [--rounds 5]
                                    [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1 | --all]
                                    [--lengths 256 ... 8192] [--tokens 8192] [--parts attention memory encoder whole]
-                                   [--out FILE]
+                                   [--out FILE [--force]]
 """
 
 import argparse
