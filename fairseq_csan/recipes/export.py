@@ -20,8 +20,8 @@ export.json records the SHA-256 of every file of the folder; translate.py and
 An existing FOLDER that export wrote, holding another model, is replaced only with --force (as
 a whole: the new folder is written beside it, then renamed in); the same export again is a
 no-op. A FOLDER that export did not write (a checkpoint or evaluation folder, one with a file
-export.json does not list or one changed by hand since) is never replaced, and an --out that holds or lies inside the checkpoint
-or the task folder is refused.
+export.json does not list or one changed by hand since) is never replaced, and an --out that
+holds or lies inside the checkpoint or the task folder is refused.
 """
 
 import argparse

@@ -43,7 +43,7 @@ import numpy as np
 
 from .analysis.common import pyplot, read_lines, save_figure, write_table, written_by_analysis
 from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, foreign_files, is_lock,
-                     listing, made_from, run_child, shell_words, stamped_change, write_atomically)
+                     listing, made_from, run_child, shell_words, stamped_change, write_atomically, written)
 from .score import mark
 
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
@@ -426,7 +426,7 @@ def analyses(args, data, runs):
     for path in analysis_outputs(args.out):  # nothing left over from a run with other systems
         if path.is_dir():
             shutil.rmtree(path)
-        for mine in (path, path.with_name(f".{path.name}.written.json")):
+        for mine in (path, written(path).path(path.parent)):  # the output and its record
             mine.unlink(missing_ok=True)
     pooled = out / "pooled"
     pooled.mkdir(parents=True, exist_ok=True)

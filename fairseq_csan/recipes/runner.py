@@ -297,8 +297,9 @@ def replace_folder(out: Path, write: Callable[[Path], None], may_replace: Callab
     """The kit's one way to write a whole folder: ``write(new)`` fills a new folder beside ``out``
     (:func:`unique_temporary`), whose files are then flushed to the disk and which takes the place
     of ``out``: 'written' (``out`` missing or empty), 'unchanged' (``out`` holds the same files;
-    the new one is dropped) or, unless ``may_replace(out)`` raises to refuse, 'replaced'. The swap is two renames (``out`` aside as ``.NAME.old``, the new one in); a kill
-    between them leaves ``.NAME.old``, which the next call puts back first."""
+    the new one is dropped) or, unless ``may_replace(out)`` raises to refuse, 'replaced'. The
+    swap is two renames (``out`` aside as ``.NAME.old``, the new one in); a kill between them
+    leaves ``.NAME.old``, which the next call puts back first."""
     out = Path(out)
     old = out.with_name(f".{out.name}.old")
     if old.is_dir():
