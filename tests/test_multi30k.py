@@ -317,3 +317,11 @@ def test_an_out_holding_files_the_reproduction_did_not_write_is_refused(tmp_path
     assert done.returncode != 0 and f"{out / 'analysis'} holds files the reproduction did not write " \
         f"({out / 'analysis/ngram_gap.md'})" in done.stderr
     assert lines(out / "analysis/ngram_gap.md") == ["my reading of the gaps"] and not (out / "data").exists()
+    # and so is a user's file in OUT/analysis/pooled, under a name of the pooled files or another
+    (out / "analysis/ngram_gap.md").unlink()
+    for name in ("ref.tok", "my_pooling.txt"):
+        write(out / "analysis/pooled" / name, ["mine"])
+        done = recipe_main("multi30k", "--raw-dir", raw, "--out", out)
+        assert done.returncode != 0 and f"({out / 'analysis/pooled' / name})" in done.stderr
+        assert lines(out / "analysis/pooled" / name) == ["mine"] and not (out / "data").exists()
+        (out / "analysis/pooled" / name).unlink()

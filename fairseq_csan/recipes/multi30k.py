@@ -31,7 +31,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -42,8 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, save_figure, write_table, written_by_analysis
-from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, foreign_files, is_lock,
-                     listing, made_from, run_child, shell_words, stamped_change, write_atomically, written)
+from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, check_replaceable,
+                     foreign_files, is_lock, listing, made_from, run_child, shell_words, stamped_change,
+                     write_atomically, write_whole, written)
 from .score import mark
 
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
@@ -401,18 +401,34 @@ def plot_results(records, path):
 ANALYSES = ("ngram_gap", "length_buckets", "gate_weights", "gate_weights_pos", "window_sweep")  # their file stems
 
 
+POOLED = ("ref.tok", "src.tok", *(f"{system}.tok" for system in SYSTEMS))  # in OUT/analysis/pooled
+
+
 def analysis_outputs(out: Path) -> list:
     """What the reproduction writes in OUT/analysis: the pooled files and each analysis's table and plot."""
     folder = out / "analysis"
-    return [folder / "pooled", *(folder / f"{stem}.{ext}" for stem in ANALYSES for ext in ("csv", "md", "png"))]
+    return [*(folder / "pooled" / name for name in POOLED),
+            *(folder / f"{stem}.{ext}" for stem in ANALYSES for ext in ("csv", "md", "png"))]
+
+
+def ours(path: Path) -> bool:
+    """Whether ``path`` is an output of the reproduction's or its analyses', unchanged since (its record)."""
+    if path.parent.name != "pooled":
+        return written_by_analysis(path)
+    try:
+        check_replaceable(path, "multi30k", True, "--out")
+    except Refusal:
+        return False
+    return True
 
 
 def check_analysis_folder(out: Path) -> None:
-    """OUT/analysis is rewritten on every run: a file there that the reproduction does not write
-    is refused before anything trains, not deleted."""
+    """OUT/analysis is rewritten on every run: a file there that the reproduction does not write,
+    or one of its names that it did not write (its record), is refused before anything trains,
+    not deleted."""
     mine = analysis_outputs(out)
     theirs = [p for p in foreign_files(out / "analysis", mine) if not is_lock(p)]
-    theirs += [p for p in mine[1:] if p.is_file() and not written_by_analysis(p)]  # a user's file of that name
+    theirs += [p for p in mine if p.is_file() and not ours(p)]
     if theirs:
         raise Refusal(f"{out / 'analysis'} holds files the reproduction did not write ({listing(theirs)}), and it "
                       "rewrites that folder on every run: move them away, then run the same command again (nothing "
@@ -424,8 +440,6 @@ def analyses(args, data, runs):
     out = args.out / "analysis"
     check_analysis_folder(args.out)
     for path in analysis_outputs(args.out):  # nothing left over from a run with other systems
-        if path.is_dir():
-            shutil.rmtree(path)
         for mine in (path, written(path).path(path.parent)):  # the output and its record
             mine.unlink(missing_ok=True)
     pooled = out / "pooled"
@@ -434,11 +448,11 @@ def analyses(args, data, runs):
     # concatenating them against the reference (and source) repeated once per seed
     n_seeds = len(args.seeds)
     for name, source in (("ref.tok", data / "tok/test.de"), ("src.tok", data / "tok/test.en")):
-        (pooled / name).write_text("".join(Path(source).read_text(encoding="utf-8") for _ in range(n_seeds)),
-                                   encoding="utf-8")
+        write_whole(pooled / name, "".join(Path(source).read_text(encoding="utf-8") for _ in range(n_seeds)),
+                    "multi30k")
     for system, seeds in runs.items():
-        (pooled / f"{system}.tok").write_text(
-            "".join((run / "eval" / "hyp.tok").read_text(encoding="utf-8") for *_, run in seeds), encoding="utf-8")
+        write_whole(pooled / f"{system}.tok",
+                    "".join((run / "eval" / "hyp.tok").read_text(encoding="utf-8") for *_, run in seeds), "multi30k")
     analysis = "fairseq_csan.recipes.analysis."
     others = [f"--system={s}={pooled / f'{s}.tok'}" for s in runs if s != BASELINE]
     commands = []
