@@ -177,6 +177,14 @@ def test_crossover_mode_reports_each_csan_beside_the_plugins_choice(tmp_path):
         assert re.search(rf"^\| {variant} \| (from 32 tokens|from 16 tokens \(the shortest measured: it may lie below\)|not reached .*) \| from {BANDED_FROM[variant]} tokens \|$",
                          table, re.M), table
     assert "Precision: fp32 (float32 weights and activations)" in table
+    # its own table again: refused without --force, replaced with it (one length this time)
+    assert "(an earlier output of benchmark): pass --force to replace it" in last_line(refused(
+        "--mode", "crossover", "--lengths", "16", "--tokens", "16", "--rounds", "1", "--warmup", "0", "--out", out).stderr)
+    assert out.read_text() == table
+    done = run("--mode", "crossover", "--lengths", "16", "--tokens", "16", "--rounds", "1", "--warmup", "0",
+               "--out", out, "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^\| 16 \| 1 \| 1D \|", out.read_text(), re.M) and "| 32 |" not in out.read_text()
 
 
 def test_the_cpu_memory_probe_runs_in_the_chosen_precision(monkeypatch):

@@ -238,6 +238,9 @@ def test_the_multi30k_example_converts_fine_tunes_and_scores_then_export_and_tra
     for name in ("model.pt", "dict.en.txt", "dict.de.txt"):
         shutil.copyfile(source["folder"] / name, bare / name)
     assert "has no BPE codes" in refusal_of(prepare.main, ["files", *files, "--out", task, "--like", bare], capsys)
+    (bare / "sentencepiece.bpe.model").write_bytes(b"a sentencepiece model")  # mBART's and M2M-100's kind
+    assert "splits with a sentencepiece model" in refusal_of(
+        prepare.main, ["files", *files, "--out", task, "--like", bare], capsys)
     assert "translates en-de; this corpus is de-en" in refusal_of(
         prepare.main, ["files", "--src", "de", "--tgt", "en", *files[4:], "--out", task, "--like", source["folder"]], capsys)
     assert not task.exists()

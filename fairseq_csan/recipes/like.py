@@ -39,6 +39,9 @@ def read(folder: Path, src: str, tgt: str) -> dict:
         raise LikeError(f"--like {folder} translates {model['src']}-{model['tgt']}; this corpus is {src}-{tgt} "
                         "(--src/--tgt)")
     codes = [name for name in BPE_OPTION if (folder / name).is_file()]
+    if not codes and (folder / "sentencepiece.bpe.model").is_file():
+        raise LikeError(f"--like {folder} splits with a sentencepiece model (sentencepiece.bpe.model); --like takes "
+                        f"BPE codes files only ({' or '.join(BPE_OPTION)}), so this folder cannot be followed")
     if not codes:
         raise LikeError(f"--like {folder} has no BPE codes ({' or '.join(BPE_OPTION)}): the corpus cannot be split "
                         "as the model's training data was")
