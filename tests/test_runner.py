@@ -682,6 +682,21 @@ def test_a_fault_of_the_machine_is_one_line_naming_the_file(tmp_path):
     assert not [p for p in out.rglob("*") if p.is_file() and p.name != ".lock"]  # no part of a file, no temporary
 
 
+def test_a_checkpoint_cut_short_by_the_machine_is_one_line_naming_it_too(tiny_task, tmp_path):
+    """torch.save, given a path, tells a full disk or a file-size limit as a RuntimeError naming
+    neither; save_torch (export's model.pt, written in a folder beside its place) gives the
+    OSError itself: one line naming the file as it would stand in the output, nothing left."""
+    out = tmp_path / "model"
+    command = (f'ulimit -f 200; exec "{sys.executable}" -m fairseq_csan.recipes.export --data "{tiny_task["task"]}" '
+               f'--checkpoint "{tiny_task["checkpoint"]}" --out "{out}"')
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"[export] error: {out / 'model.pt'}: File too large; raise the file-size limit (ulimit -f), then run the "
+        "same command again (no output is left half written)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no folder, no part of one
+
+
 def test_a_child_shown_as_it_writes_keeps_the_lines_asked_for(tmp_path, capfd):
     script = "import sys; print('+ a command'); print('noise'); print('| train_inner | 1'); sys.stdout.write('+ end')"
     out = tmp_path / "out"

@@ -25,8 +25,6 @@ from typing import Optional
 
 import torch
 
-from fairseq.checkpoint_utils import torch_persistent_save
-
 from .. import register
 
 register()  # lets torch load fairseq checkpoints weights-only (a command that starts without fairseq imports this)
@@ -210,7 +208,8 @@ def main(argv=None):
     if args.list:
         print("\n".join(str(p) for p in paths))
         return
-    from .runner import Refusal, WriterLock, atomic, check_replaceable, check_writable, keep_written, refuse_overlaps
+    from .runner import (Refusal, WriterLock, atomic, check_replaceable, check_writable, keep_written, refuse_overlaps,
+                         save_torch)
 
     def check_output():  # only an average of its own, unchanged since, is replaced (with --force)
         check_replaceable(args.output, "average_checkpoints", args.force, "--output")
@@ -232,7 +231,7 @@ def main(argv=None):
         averaged = average(paths)
         args.output.parent.mkdir(parents=True, exist_ok=True)
         with atomic(args.output) as (part,):
-            torch_persistent_save(averaged, str(part))
+            save_torch(averaged, part)
         keep_written(args.output, "average_checkpoints")
     finally:
         held.release()

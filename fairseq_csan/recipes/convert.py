@@ -49,7 +49,7 @@ from pathlib import Path
 
 from . import decoding
 from .export import BPE_FILES, ExportError, hub_settings, load_state, write_model_folder
-from .runner import Refusal, refuse_overlaps
+from .runner import Refusal, refuse_overlaps, save_torch
 
 PREFIX = "python -m fairseq_csan.recipes.convert"
 
@@ -220,7 +220,7 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
     out = {"cfg": saved, "args": None, "model": model.state_dict(),
            "criterion": state.get("criterion"), "optimizer_history": state.get("optimizer_history") or [],
            "task_state": state.get("task_state") or {}, "extra_state": {"converted": True}, "last_optimizer_state": None}
-    torch.save(out, folder / "model.pt")
+    save_torch(out, folder / "model.pt")
     src, tgt = cfg.task.source_lang, cfg.task.target_lang
     for name in [f"dict.{src}.txt", f"dict.{tgt}.txt", *BPE_FILES]:
         if (source_folder / name).is_file():

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from . import decoding
-from .average_checkpoints import average, newest_checkpoints, torch_persistent_save
+from .average_checkpoints import average, newest_checkpoints
 from .runner import EVALUATION, RUN, Damaged, Refusal, Step, WriterLock, lineage, listing, make, refuse_overlaps
-from .runner import shell_words
+from .runner import save_torch, shell_words
 from .task import NotATask, PreparedTask
 from .. import user_dir
 
@@ -329,7 +329,7 @@ def main(argv=None) -> None:
     else:
         model = out / "averaged.pt"
         make(Step(stamps, "average", inputs, [model], {"last": last}),
-             lambda temps: torch_persistent_save(average(inputs), str(temps[0])), force=args.force,
+             lambda temps: save_torch(average(inputs), temps[0]), force=args.force,
              prefix="evaluate", what=f"1/3 averaging the last {last} checkpoints of {args.checkpoints}",
              short=f"1/3 {model} (the same checkpoints)")
 

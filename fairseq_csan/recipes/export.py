@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import List
 
 from . import decoding
-from .runner import Refusal, WriterLock, listing, refuse_overlaps, replace_folder
+from .runner import Refusal, WriterLock, listing, refuse_overlaps, replace_folder, save_torch
 from .task import NotATask, PreparedTask
 
 TOKENIZER = "csan_recipe"
@@ -94,8 +94,6 @@ def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> dic
 
 
 def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
-    import torch
-
     from fairseq_csan.model_folder import sha256  # the hash from_pretrained checks
     from omegaconf import OmegaConf, open_dict
 
@@ -107,7 +105,7 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     state["cfg"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # as fairseq saves it
     state["last_optimizer_state"] = None
     state["args"] = None
-    torch.save(state, folder / "model.pt")
+    save_torch(state, folder / "model.pt")
     for lang in (task.src, task.tgt):
         shutil.copyfile(task.data_bin / f"dict.{lang}.txt", folder / f"dict.{lang}.txt")
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")

@@ -279,6 +279,24 @@ def as_command(main: Callable[[], None]) -> None:
         raise SystemExit(1) from None
 
 
+def save_torch(state, path) -> None:
+    """``torch.save`` of ``state`` into ``path`` (a part of :func:`atomic`). Written through an
+    unbuffered file, so that a fault of the machine reaches the caller as the OSError it is (a
+    full disk, a file-size limit: told in one line by :func:`as_command`); torch's own writer,
+    given a path, reports it as a RuntimeError that names neither the file nor the cause."""
+    import torch
+
+    with open(path, "wb", buffering=0) as f:
+        try:
+            torch.save(state, f)
+        except RuntimeError as error:
+            cause = error.__context__  # what the file's write raised, torch's error on top
+            if isinstance(cause, OSError):
+                cause.filename = cause.filename or str(path)
+                raise cause from None
+            raise
+
+
 def write_atomically(path: Path, data) -> None:
     """Write ``data`` (str, as UTF-8, or bytes) to ``path`` through :func:`atomic`."""
     with atomic(path) as (part,):
@@ -328,6 +346,11 @@ def replace_folder(out: Path, write: Callable[[Path], None], may_replace: Callab
             out.rmdir()
         os.replace(new, out)
         return "written"
+    except OSError as error:  # a file of the new folder (a full disk, a file-size limit): named as in ``out``
+        inside = Path(str(error.filename or "")).parts[:len(new.parts)] == new.parts
+        if inside:
+            error.filename = str(out.joinpath(*Path(error.filename).parts[len(new.parts):]))
+        raise
     finally:
         shutil.rmtree(new, ignore_errors=True)
 
