@@ -76,6 +76,9 @@ CHECKS = {
     "ValueError: --csan-window applies only to the csan1d / csan2d variant ...":
         ("run", TRAIN + ["--arch", "transformer_relpos", "--csan-window", "5"]),
     "training on 2 devices (GPUs/TPUs)": ("test", "test_distributed.py", "training on 2 devices"),
+    "[train] error: the trainer ended with exit status 1: OSError: [Errno 27] File too large (its log: ck/train.log); "
+    "put that right and run train.sh again (it resumes from the newest intact checkpoint, if one was saved)":
+        ("test", "test_train.py", "[train] error: the trainer ended with exit status 1: OSError: [Errno 27] File too large"),
     "training on 1 devices": ("run", TRAIN + ["--arch", "transformer"]),
     "optimizer is required!": ("run", [a for a in TRAIN if a not in ("--optimizer", "adam")] + ["--arch", "transformer"]),
     "fairseq-train: error: argument --csan-impl: invalid choice: 'fast' (choose from 'auto', 'dense', 'banded')":

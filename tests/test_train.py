@@ -320,6 +320,24 @@ def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_i
     assert max((resumed[k] - reference[k]).abs().max().item() for k in reference) <= 1e-6
 
 
+@pytest.mark.slow
+def test_a_trainer_that_fails_ends_train_sh_with_its_error_in_one_line(data_bin, tmp_path):
+    """fairseq-train's own fault (here a file-size limit while it saves a checkpoint): its
+    traceback is in the log, and train.sh's last line names the error, the log and the way on;
+    the same command, the limit lifted, then trains the run to its end."""
+    save = tmp_path / "ck"
+    command = " ".join(f'"{word}"' for word in tiny(data_bin, save, 4))
+    done = subprocess.run(["bash", "-c", f"ulimit -f 100; exec {command}"], capture_output=True, text=True, cwd=REPO,
+                          env=environment(), timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"[train] error: the trainer ended with exit status 1: OSError: [Errno 27] File too large (its log: "
+        f"{save}/train.log); put that right and run train.sh again (it resumes from the newest intact checkpoint, if "
+        "one was saved)")
+    again = run(tiny(data_bin, save, 4))
+    assert "num_updates=4," in again.stdout and (save / "checkpoint_1_4.pt").is_file()
+
+
 def wait_for(condition, seconds, what):
     deadline = time.time() + seconds
     while time.time() < deadline:

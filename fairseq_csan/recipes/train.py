@@ -795,7 +795,18 @@ def run(plan: dict) -> int:
                       name="the trainer", say=log, started=lambda trainer: lock.note(f"trainer pid {trainer.pid}"),
                       watch=lambda line: progress(line, time.time()))
     print(summary(plan["log"]), file=sys.stderr, flush=True)
+    if ended.code != 0 and ended.signal is None:  # the trainer's own fault: its last line, last
+        log(f"error: the trainer ended with exit status {ended.code}: {last_line(plan['log'])} (its log: "
+            f"{plan['log']}); put that right and run train.sh again (it resumes from the newest intact checkpoint, if one was saved)")
     return ended.code
+
+
+def last_line(path: Path) -> str:
+    """The last line of a log that is not empty (the error a traceback ends with), or '(no output)'."""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+        lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
 
 
 def summary(train_log: Path) -> str:
