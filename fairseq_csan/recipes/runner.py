@@ -279,22 +279,41 @@ def as_command(main: Callable[[], None]) -> None:
         raise SystemExit(1) from None
 
 
+class _Sink:
+    """A file for torch.save that keeps the first OSError of its writes (a full disk, a file-size
+    limit) and takes the rest unwritten, so that torch's writer ends as usual (torch 1.13 aborts
+    the process when its writer is dropped after a failed write) and :func:`save_torch` raises it."""
+
+    def __init__(self, file):
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        if self.error is None:
+            rest = memoryview(data)
+            try:
+                while rest:  # an unbuffered file may take a part at a time
+                    rest = rest[self.file.write(rest):]
+            except OSError as error:
+                self.error = error
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
 def save_torch(state, path) -> None:
-    """``torch.save`` of ``state`` into ``path`` (a part of :func:`atomic`). Written through an
-    unbuffered file, so that a fault of the machine reaches the caller as the OSError it is (a
-    full disk, a file-size limit: told in one line by :func:`as_command`); torch's own writer,
-    given a path, reports it as a RuntimeError that names neither the file nor the cause."""
+    """``torch.save`` of ``state`` into ``path`` (a part of :func:`atomic`), a fault of the
+    machine raised as the OSError it is, naming ``path`` (told in one line by
+    :func:`as_command`). torch's own writer, given a path, reports a full disk or a file-size
+    limit as a RuntimeError that names neither the file nor the cause."""
     import torch
 
     with open(path, "wb", buffering=0) as f:
-        try:
-            torch.save(state, f)
-        except RuntimeError as error:
-            cause = error.__context__  # what the file's write raised, torch's error on top
-            if isinstance(cause, OSError):
-                cause.filename = cause.filename or str(path)
-                raise cause from None
-            raise
+        sink = _Sink(f)
+        torch.save(state, sink)
+    if sink.error is not None:
+        sink.error.filename = sink.error.filename or str(path)
+        raise sink.error
 
 
 def write_atomically(path: Path, data) -> None:
