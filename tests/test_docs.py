@@ -79,6 +79,8 @@ CHECKS = {
     "[train] error: the trainer ended with exit status 1: OSError: [Errno 27] File too large (its log: ck/train.log); "
     "put that right and run train.sh again (it resumes from the newest intact checkpoint, if one was saved)":
         ("test", "test_train.py", "[train] error: the trainer ended with exit status 1: OSError: [Errno 27] File too large"),
+    "[train] error: the trainer was killed by SIGKILL (the kernel does so when the machine runs out of memory): ...":
+        ("test", "test_train.py", "[train] error: the trainer was killed by SIGKILL (the kernel does so when the machine runs out of memory): "),
     "training on 1 devices": ("run", TRAIN + ["--arch", "transformer"]),
     "optimizer is required!": ("run", [a for a in TRAIN if a not in ("--optimizer", "adam")] + ["--arch", "transformer"]),
     "fairseq-train: error: argument --csan-impl: invalid choice: 'fast' (choose from 'auto', 'dense', 'banded')":

@@ -324,7 +324,8 @@ def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_i
 def test_a_trainer_that_fails_ends_train_sh_with_its_error_in_one_line(data_bin, tmp_path):
     """fairseq-train's own fault (here a file-size limit while it saves a checkpoint): its
     traceback is in the log, and train.sh's last line names the error, the log and the way on;
-    the same command, the limit lifted, then trains the run to its end."""
+    the same command, the limit lifted, then trains the run to its end. A trainer killed by a
+    signal of its own is told as such."""
     save = tmp_path / "ck"
     command = " ".join(f'"{word}"' for word in tiny(data_bin, save, 4))
     done = subprocess.run(["bash", "-c", f"ulimit -f 100; exec {command}"], capture_output=True, text=True, cwd=REPO,
@@ -336,6 +337,25 @@ def test_a_trainer_that_fails_ends_train_sh_with_its_error_in_one_line(data_bin,
         "one was saved)")
     again = run(tiny(data_bin, save, 4))
     assert "num_updates=4," in again.stdout and (save / "checkpoint_1_4.pt").is_file()
+
+    # killed from outside by its own signal (SIGKILL, as the kernel does when the memory runs
+    # out): train.sh names the signal and quotes a line of this run's log, not of the earlier ones
+    before = (save / "train.log").stat().st_size
+    longer = subprocess.Popen([str(w) for w in tiny(data_bin, save, 100000)], cwd=REPO, env=environment(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: "num_updates=6," in (save / "train.log").read_bytes()[before:].decode(), 240, "update 6")
+        os.kill(trainer_pid(save), signal.SIGKILL)
+        _, err = longer.communicate(timeout=120)
+    finally:
+        if longer.poll() is None:
+            longer.kill()
+    assert longer.returncode == 128 + signal.SIGKILL, err[-3000:]
+    told = "[train] error: the trainer was killed by SIGKILL (the kernel does so when the machine runs out of memory): "
+    said = re.fullmatch(re.escape(told) + r"(.+) \(its log: (.+)\); put that right and run train.sh again \(it resumes "
+                        r"from the newest intact checkpoint, if one was saved\)", err.strip().splitlines()[-1])
+    assert said and said.group(2) == f"{save}/train.log", err[-3000:]
+    assert said.group(1) in (save / "train.log").read_bytes()[before:].decode()
 
 
 def wait_for(condition, seconds, what):

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 import zipfile
@@ -791,21 +792,36 @@ def run(plan: dict) -> int:
     # the lock too; torchrun and srun get a signal once: they stop their workers themselves.
     # A progress line (update N of M, the speed, the time left) is shown among its lines, at most once a minute
     progress = progress_of(cmd)
+    before = plan["log"].stat().st_size if plan["log"].is_file() else 0  # its lines of earlier runs
     ended = run_child(cmd, plan["log"], append=True, show=True, keep_fds=(lock.fd,), resend=not plan["launcher"],
                       name="the trainer", say=log, started=lambda trainer: lock.note(f"trainer pid {trainer.pid}"),
                       watch=lambda line: progress(line, time.time()))
     print(summary(plan["log"]), file=sys.stderr, flush=True)
-    if ended.code != 0 and ended.signal is None:  # the trainer's own fault: its last line, last
-        log(f"error: the trainer ended with exit status {ended.code}: {last_line(plan['log'])} (its log: "
-            f"{plan['log']}); put that right and run train.sh again (it resumes from the newest intact checkpoint, if one was saved)")
+    if ended.code != 0 and ended.signal is None:  # the trainer's own end, not a signal passed on
+        log(f"error: {how_it_ended(ended.code)}: {last_line(plan['log'], before)} (its log: {plan['log']}); put "
+            "that right and run train.sh again (it resumes from the newest intact checkpoint, if one was saved)")
     return ended.code
 
 
-def last_line(path: Path) -> str:
-    """The last line of a log that is not empty (the error a traceback ends with), or '(no output)'."""
-    with open(path, "rb") as f:
-        f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
-        lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+def how_it_ended(code: int) -> str:
+    """The trainer's exit status in words: above 128 it was killed by a signal of its own."""
+    if code > 128 and code - 128 in signal.valid_signals():
+        name = signal.Signals(code - 128).name
+        cause = " (the kernel does so when the machine runs out of memory)" if name == "SIGKILL" else ""
+        return f"the trainer was killed by {name}{cause}"
+    return f"the trainer ended with exit status {code}"
+
+
+def last_line(path: Path, start: int = 0) -> str:
+    """The last line of a log that this run wrote after byte ``start`` and that says something
+    (the error a traceback ends with; not a rule of ``=`` or ``-`` as torchrun's report ends with)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(start, f.seek(0, os.SEEK_END) - 65536))
+            text = f.read().decode("utf-8", "replace")
+    except OSError as error:
+        return f"(its log could not be read: {error.strerror})"
+    lines = [line.strip() for line in text.splitlines() if line.strip(" \t=-")]
     return lines[-1] if lines else "(no output)"
 
 
