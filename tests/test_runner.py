@@ -6,6 +6,7 @@ it did not write); the records; the step stamps; the child processes and the sig
 them."""
 
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -797,6 +798,40 @@ def test_a_failed_action_leaves_no_output_that_looks_finished(folder):
         runner.make(make_step(folder), fail)
     assert not (folder / "out.txt").exists()
     assert make_step(folder).stale() == f"no {folder / 'out.txt'}"
+
+
+def test_a_fault_while_writing_names_the_output_not_its_temporary(folder, capsys):
+    """make, atomic and replace_folder name a file the user asked for, never the temporary it was
+    written as (a copy's error carries two names: both are mapped)."""
+    def full_disk(path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    with pytest.raises(OSError) as raised:
+        runner.make(make_step(folder), lambda temps: full_disk(temps[0]))
+    assert raised.value.filename == str(folder / "out.txt")
+    with pytest.raises(OSError) as raised:
+        with runner.atomic(folder / "a.txt", folder / "b.txt") as (_, part_b):
+            full_disk(part_b)
+    assert raised.value.filename == str(folder / "b.txt")
+    with pytest.raises(OSError) as raised:
+        with runner.atomic(folder / "a.txt", folder / "b.txt"):
+            raise OSError(errno.EFBIG, "File too large")  # a write names no file
+    assert raised.value.filename == f"{folder / 'a.txt'} and {folder / 'b.txt'}"
+
+    def copy_fails(new):
+        error = OSError(errno.ENOSPC, "No space left on device")
+        error.filename, error.filename2 = str(folder / "in.txt"), str(new / "sub" / "in.txt")
+        raise error
+
+    with pytest.raises(OSError) as raised:
+        runner.replace_folder(folder / "model", copy_fails, lambda out: None)
+    assert (raised.value.filename, raised.value.filename2) == (str(folder / "in.txt"), str(folder / "model/sub/in.txt"))
+    assert sorted(p.name for p in folder.iterdir()) == ["in.txt"]
+    with pytest.raises(SystemExit):
+        runner.as_command(lambda: runner.replace_folder(folder / "model", copy_fails, lambda out: None))
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"[test_runner] error: {folder / 'model/sub/in.txt'} (a copy of {folder / 'in.txt'}): No space left on device; "
+        "free space on its disk, then run the same command again (no output is left half written)")
 
 
 def test_run_feeds_files_to_a_command_and_fails_with_its_status(folder):

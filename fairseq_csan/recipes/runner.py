@@ -227,6 +227,21 @@ def unique_temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+def named_as_outputs(error: OSError, pairs) -> None:
+    """Name in ``error`` (both its file names: a copy's error has two) each temporary of ``pairs``
+    (temporary, output), or a file inside a temporary folder, as the output the user asked for."""
+    pairs = [(Path(t), Path(o)) for t, o in pairs]
+    for attr in ("filename", "filename2"):
+        name = getattr(error, attr, None)
+        for temporary, output in pairs if name is not None else ():
+            try:
+                inside = Path(str(name)).relative_to(temporary)
+            except ValueError:
+                continue
+            setattr(error, attr, str(output / inside) if inside.parts else str(output))
+            break
+
+
 @contextlib.contextmanager
 def atomic(*paths):
     """The kit's one way to write a file: ``with atomic(a, b) as (part_a, part_b):`` write each
@@ -245,8 +260,9 @@ def atomic(*paths):
         for part, path in zip(parts, paths):
             os.replace(part, path)
     except OSError as error:  # a write (a full disk, a file-size limit) names no file: the output's
-        if error.filename is None or str(error.filename) in map(str, parts):
+        if error.filename is None:
             error.filename = " and ".join(map(str, paths))
+        named_as_outputs(error, zip(parts, paths))
         raise
     finally:
         for part in parts:
@@ -273,6 +289,8 @@ def as_command(main: Callable[[], None]) -> None:
         raise SystemExit(1) from None
     except OSError as error:
         where = error.filename or "a file it writes"
+        if getattr(error, "filename2", None):  # a copy: where it was written, and from what
+            where = f"{error.filename2} (a copy of {error.filename})"
         what = error.strerror or str(error)
         print(f"[{name}] error: {where}: {what}; {ADVICE.get(error.errno, 'see above')}, then run the same command "
               "again (no output is left half written)", file=sys.stderr)
@@ -366,9 +384,7 @@ def replace_folder(out: Path, write: Callable[[Path], None], may_replace: Callab
         os.replace(new, out)
         return "written"
     except OSError as error:  # a file of the new folder (a full disk, a file-size limit): named as in ``out``
-        inside = Path(str(error.filename or "")).parts[:len(new.parts)] == new.parts
-        if inside:
-            error.filename = str(out.joinpath(*Path(error.filename).parts[len(new.parts):]))
+        named_as_outputs(error, [(new, out)])
         raise
     finally:
         shutil.rmtree(new, ignore_errors=True)
@@ -813,8 +829,12 @@ def make(step: Step, action: Callable[[List[Path]], None], force: bool = False, 
         elif t.exists():
             t.unlink()
         t.parent.mkdir(parents=True, exist_ok=True)
-    action(temps)
-    step.commit()
+    try:
+        action(temps)
+        step.commit()
+    except OSError as error:
+        named_as_outputs(error, zip(temps, step.outputs))
+        raise
     return True
 
 
