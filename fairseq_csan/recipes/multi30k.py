@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.common import pyplot, read_lines, save_figure, write_table, written_by_analysis
-from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, check_replaceable,
-                     foreign_files, is_lock, listing, made_from, run_child, shell_words, stamped_change,
+from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, foreign_files, is_lock,
+                     is_written_by, listing, made_from, run_child, shell_words, stamped_change,
                      write_atomically, write_whole, written)
 from .score import mark
 
@@ -413,13 +413,7 @@ def analysis_outputs(out: Path) -> list:
 
 def ours(path: Path) -> bool:
     """Whether ``path`` is an output of the reproduction's or its analyses', unchanged since (its record)."""
-    if path.parent.name != "pooled":
-        return written_by_analysis(path)
-    try:
-        check_replaceable(path, "multi30k", True, "--out")
-    except Refusal:
-        return False
-    return True
+    return is_written_by(path, "multi30k") if path.parent.name == "pooled" else written_by_analysis(path)
 
 
 def check_analysis_folder(out: Path) -> None:
@@ -431,8 +425,8 @@ def check_analysis_folder(out: Path) -> None:
     theirs += [p for p in mine if p.is_file() and not ours(p)]
     if theirs:
         raise Refusal(f"{out / 'analysis'} holds files the reproduction did not write ({listing(theirs)}), and it "
-                      "rewrites that folder on every run: move them away, then run the same command again (nothing "
-                      "was changed)")
+                      "rewrites that folder on every run: move them away (an earlier version's outputs, made before "
+                      "it kept their records, too), then run the same command again (nothing was changed)")
 
 
 def analyses(args, data, runs):

@@ -548,6 +548,15 @@ def written(path) -> Kind:
     return Kind("written file", f".{Path(path).name}.written.json", {"sha256": "text", "by": "text"})
 
 
+def is_written_by(path, by: str) -> bool:
+    """Whether the file ``path`` is one ``by`` wrote, unchanged since (its record says so)."""
+    try:
+        record = written(path).read(Path(path).parent)
+    except Damaged:
+        return False
+    return record is not None and record.get("by") == by and record.get("sha256") == sha256(path)
+
+
 def check_replaceable(path, by: str, force: bool, flag: str) -> None:
     """Refuse (one line) to write ``path`` where a file is: one ``by`` wrote, unchanged since (its
     record says so), is replaced with ``force`` only; any other (the user's, or one changed by
@@ -555,11 +564,7 @@ def check_replaceable(path, by: str, force: bool, flag: str) -> None:
     path = Path(path)
     if not path.exists():
         return
-    try:
-        record = written(path).read(path.parent)
-    except Damaged:
-        record = None
-    if record is None or record.get("by") != by or record.get("sha256") != sha256(path):
+    if not is_written_by(path, by):
         raise Refusal(f"{flag} {path} exists, and {by} did not write it (or it was changed since): move it away or "
                       f"give another {flag} (nothing was changed)")
     if not force:

@@ -47,13 +47,9 @@ def _by(path: Path) -> str:
 
 def written_by_analysis(path: Path) -> bool:
     """Whether ``path`` is an output its analysis wrote, unchanged since (its record)."""
-    from ..runner import Refusal, check_replaceable
+    from ..runner import is_written_by
 
-    try:
-        check_replaceable(path, _by(path), True, "--out")
-    except Refusal:
-        return False
-    return True
+    return is_written_by(path, _by(path))
 
 
 def outputs(out: Path, stem: str, force: bool):
