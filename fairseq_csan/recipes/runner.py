@@ -232,8 +232,10 @@ def named_as_outputs(error: OSError, pairs) -> None:
     (temporary, output), or a file inside a temporary folder, as the output the user asked for."""
     pairs = [(Path(t), Path(o)) for t, o in pairs]
     for attr in ("filename", "filename2"):
-        name = getattr(error, attr, None)
-        for temporary, output in pairs if name is not None else ():
+        name = getattr(error, attr)
+        if name is None:
+            continue
+        for temporary, output in pairs:
             try:
                 inside = Path(str(name)).relative_to(temporary)
             except ValueError:
@@ -289,7 +291,7 @@ def as_command(main: Callable[[], None]) -> None:
         raise SystemExit(1) from None
     except OSError as error:
         where = error.filename or "a file it writes"
-        if getattr(error, "filename2", None):  # a copy: where it was written, and from what
+        if error.filename2:  # a copy: where it was written, and from what
             where = f"{error.filename2} (a copy of {error.filename})"
         what = error.strerror or str(error)
         print(f"[{name}] error: {where}: {what}; {ADVICE.get(error.errno, 'see above')}, then run the same command "

@@ -805,8 +805,9 @@ def run(plan: dict) -> int:
 
 def how_it_ended(code: int) -> str:
     """The trainer's exit status in words: above 128 it was killed by a signal of its own."""
-    if code > 128 and code - 128 in signal.valid_signals():
-        name = signal.Signals(code - 128).name
+    named = {int(s): s.name for s in signal.Signals}  # (a real-time signal has no name)
+    if code - 128 in named:
+        name = named[code - 128]
         cause = " (the kernel does so when the machine runs out of memory)" if name == "SIGKILL" else ""
         return f"the trainer was killed by {name}{cause}"
     return f"the trainer ended with exit status {code}"
