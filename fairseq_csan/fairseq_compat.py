@@ -54,13 +54,27 @@ launch wrapper, which does 3, 5 and 6 together, is applied whole where either fa
    unpickle it with torch.load's weights-only default and refuse fairseq's and omegaconf's
    classes. They now unpickle it in full: it is rank 0's own state, read from the file
    through the weights-only unpickler and sent within the job.
+
+8. Importing fairseq configured the caller's logging. A module of fairseq that translation
+   never uses (``models/wav2vec/wav2vec2_classification.py``: ``logging.basicConfig(level=
+   logging.DEBUG)``; ``tasks/text_to_speech.py`` too) configures the root logger when fairseq
+   is imported, so every INFO line of fairseq, the whole configuration dictionary of each
+   model load among them, went to standard error in any program that imports the plugin
+   (the hub's one-liner printed 13 KB before its translation). Where this package's own import
+   of fairseq configures a root logger that had no handler before, the root logger is put
+   back as it was (:func:`logging_as_it_was`). A process that configured logging before, and
+   one that imported fairseq before the plugin (fairseq-train, fairseq-generate, which set up
+   their own logging), are left as they are.
 """
 
 import argparse
+import contextlib
 import fractions
 import inspect
 import io
+import logging
 import os
+import sys
 import pickle
 import warnings
 
@@ -173,6 +187,27 @@ def unpickles_weights_only(broadcast_object_slow) -> bool:
     """Fault of 7: the ranks unpickle rank 0's state with torch.load's default, and that
     default refuses fairseq's classes."""
     return "weights_only=False" not in _source(broadcast_object_slow) and torch_load_is_weights_only()
+
+
+@contextlib.contextmanager
+def logging_as_it_was():
+    """Fix 8, around this package's import of fairseq: a root logger without handlers before it
+    that has some after it (fairseq's import called ``logging.basicConfig``) is put back, its
+    handlers and level as they were. ``APPLIED["8 logging"]`` says whether fairseq's import did so
+    (False where fairseq was imported already, or the root logger had a handler: nothing is
+    changed then)."""
+    root = logging.getLogger()
+    unconfigured = not root.handlers and "fairseq" not in sys.modules
+    level = root.level
+    try:
+        yield
+    finally:
+        configured = unconfigured and bool(root.handlers)
+        if configured:
+            for handler in list(root.handlers):
+                root.removeHandler(handler)
+            root.setLevel(level)
+        APPLIED["8 logging"] = configured
 
 
 def apply_fixes(data_utils, distributed_utils, distributed_fairseq_model) -> dict:

@@ -9,11 +9,12 @@ others. Each one is there because without it a stock fairseq tool (fairseq-train
 without a word:
 
 - the faults of fairseq and torch that ``fairseq_compat`` finds by probing the running
-  versions, each fixed only where found (its docstring explains fixes 1 to 7;
+  versions, each fixed only where found (its docstring explains fixes 1 to 8;
   ``fairseq_compat.APPLIED`` says which were applied);
 - the sealed model folder (``model_folder``): a damaged exported folder is refused, not
   translated wrongly with exit status 0;
-- the beam of an exported folder in the hub's ``translate()`` (``tokenizer``);
+- the beam of an exported folder in the hub's ``translate()``, and its threads for one sentence on
+  the CPU (``tokenizer``);
 - Python's warning filters (``quiet``): only messages that say nothing about the run, appended
   after the user's own filters. They replace no function of fairseq or torch; they stay because
   every fairseq-train and checkpoint load would otherwise print a page of them.
@@ -27,17 +28,20 @@ fairseq's source through which the replacement takes effect (a module attribute 
 call time); ``attributes``, what else it reads. tests/test_fairseq_compat.py checks all three
 against the running fairseq and torch, so that a fairseq that changes them fails a test rather
 than meeting a wrapper written for another; tests/test_import.py checks that importing the
-plugin rebinds nothing else in fairseq or torch, and leaves logging and ``sys.meta_path`` alone.
+plugin rebinds nothing else in fairseq or torch, leaves a logging configuration that was there
+before it alone, and ``sys.meta_path`` too.
 
 What importing no longer does, and where it went (docs/implementation.md): ``--help`` listing the
 model's flags (``python -m fairseq_csan help TOOL ...``, cli_help.py); warm starts across settings
 (``python -m fairseq_csan.train``); setting the root logger's level and that of
-``fairseq.tasks.text_to_speech`` (dropped: fairseq's logging is fairseq's); deferring
+``fairseq.tasks.text_to_speech`` (dropped: what fairseq's import configures is undone instead,
+fix 8 of fairseq_compat); deferring
 registration with a finder on ``sys.meta_path`` (the kit's commands that need no model simply do
 not register, and call ``fairseq_csan.register()`` where they do).
 """
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -105,10 +109,17 @@ AT_IMPORT = (
           "an exported folder's beam: the hub decodes with every generation setting of the folder (length penalty, "
           "length limits) but the beam, which translate() takes from its own default, 5; a folder with our "
           "tokenizer would silently translate with neither the papers' setting (beam 4) nor fairseq's defaults, "
-          "and not as evaluate.sh does. Without a beam argument it takes the folder's; other models keep 5",
+          "and not as evaluate.sh does. Without a beam argument it takes the folder's; other models keep 5. Such a "
+          "folder translates one sentence on the CPU with one thread, as translate.py does (recipes/decoding.py: "
+          "as fast on a quiet machine, several times faster on a busy one; OMP_NUM_THREADS wins)",
           shape=("self", "sentences", "beam=5", "verbose=False", "**kwargs"),
           attributes=("fairseq.dataclass.configs:GenerationConfig.beam",
-                      "fairseq.dataclass.configs:FairseqConfig.tokenizer")),
+                      "fairseq.dataclass.configs:FairseqConfig.tokenizer", "fairseq.hub_utils:GeneratorHubInterface.device")),
+    Patch("logging:root",
+          "fix 8: importing fairseq calls logging.basicConfig (a DEBUG handler on the root logger, from a wav2vec "
+          "module translation never uses), so a program that imports the plugin printed every INFO line of fairseq "
+          "(13 KB of configuration before the hub's one translation); where the plugin's own import of fairseq "
+          "configured a root logger that had no handler, it is put back as it was", fix="8 logging"),
     Patch("warnings:filters",
           "quiet.py: fairseq's known harmless warnings (hydra's and torch's deprecation notices about fairseq's "
           "calls) are ignored, after any filter of the user's own (PYTHONWARNINGS=default shows them)"),
@@ -168,12 +179,15 @@ def apply() -> None:
         return
     _done.add("import")
     quiet.filter_known_warnings()  # first: some of the warnings come from fairseq's first import
-    from fairseq import checkpoint_utils, hub_utils
-    from fairseq.data import data_utils
-    from fairseq.distributed import utils as distributed_utils
-    from fairseq.models import distributed_fairseq_model
+    from . import fairseq_compat
 
-    from . import fairseq_compat, model_folder, tokenizer
+    with fairseq_compat.logging_as_it_was():  # fix 8: the caller's logging as it was before fairseq
+        from fairseq import checkpoint_utils, hub_utils
+        from fairseq.data import data_utils
+        from fairseq.distributed import utils as distributed_utils
+        from fairseq.models import distributed_fairseq_model
+
+    from . import model_folder, tokenizer
 
     _remember(AT_IMPORT)
     fairseq_compat.APPLIED.update(fairseq_compat.apply_fixes(data_utils, distributed_utils, distributed_fairseq_model))
@@ -184,6 +198,20 @@ def apply() -> None:
     hub.translate = tokenizer.translate_with_stored_beam(hub.translate)
 
 
+def bf16_without_tpu(parse_args_and_arch):
+    """Wrap fairseq's parser so that --bf16 stops implying --tpu."""
+
+    def parse(parser, input_args=None, *args, **kwargs):
+        argv = sys.argv[1:] if input_args is None else input_args
+        parsed = parse_args_and_arch(parser, input_args, *args, **kwargs)
+        if getattr(parsed, "bf16", False) and "--tpu" not in argv:
+            parsed.tpu = False
+        return parsed
+
+    parse.__wrapped__ = parse_args_and_arch
+    return parse
+
+
 def apply_for_training() -> None:
     """Make the changes of ``IN_TRAIN_COMMAND`` (``python -m fairseq_csan.train``), once per process."""
     if "train" in _done:
@@ -192,7 +220,6 @@ def apply_for_training() -> None:
     from fairseq import checkpoint_utils, options
 
     from .models.variant_transformer import marking_warm_starts
-    from .train import bf16_without_tpu
 
     _remember(IN_TRAIN_COMMAND)
     options.parse_args_and_arch = bf16_without_tpu(options.parse_args_and_arch)

@@ -18,41 +18,13 @@ fairseq spawns from it (``patches.IN_TRAIN_COMMAND`` says what each relies on):
 Every other argument behaves as in fairseq-train.
 """
 
-import logging
-import os
-import sys
-
 from . import patches
-
-
-def bf16_without_tpu(parse_args_and_arch):
-    """Wrap fairseq's parser so that --bf16 stops implying --tpu."""
-
-    def parse(parser, input_args=None, *args, **kwargs):
-        argv = sys.argv[1:] if input_args is None else input_args
-        parsed = parse_args_and_arch(parser, input_args, *args, **kwargs)
-        if getattr(parsed, "bf16", False) and "--tpu" not in argv:
-            parsed.tpu = False
-        return parsed
-
-    parse.__wrapped__ = parse_args_and_arch
-    return parse
 
 
 def main():
     patches.apply_for_training()
-    from fairseq_cli.train import cli_main
+    from fairseq_cli.train import cli_main  # (its import sets up fairseq-train's logging, as in fairseq-train)
 
-    # fairseq_cli.train configures logging when imported, but importing this package (and
-    # fairseq) first has already given the root logger a handler, so its configuration is
-    # skipped; set fairseq-train's own format again, so the log (and its 'ups') reads the same
-    logging.basicConfig(
-        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
-        datefmt="%Y-%m-%d %H:%M:%S",
-        level=os.environ.get("LOGLEVEL", "INFO").upper(),
-        stream=sys.stdout,
-        force=True,
-    )
     cli_main()
 
 

@@ -250,3 +250,34 @@ def test_the_patches_are_made_once_and_the_originals_kept():
     patches.apply()  # a second call changes nothing
     assert hub_utils.GeneratorHubInterface.translate is translate
     assert translate.__wrapped__ is patches.original("fairseq.hub_utils:GeneratorHubInterface.translate")
+
+
+# ---- fix 8: fairseq's import configures logging ----------------------------------------------------
+def fresh_python(code):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_what_fairseq_s_import_configures_is_put_back():
+    """In a process whose logging nobody configured, the plugin's import of fairseq leaves the root
+    logger as it was, and a model load prints nothing. The probe says fairseq's import did
+    configure it: a fairseq release that no longer does fails here, and fix 8 can go."""
+    done = fresh_python("import logging; import fairseq_csan; from fairseq_csan import fairseq_compat; "
+                        "logging.getLogger('fairseq.models.fairseq_model').info('a configuration'); "
+                        "print(logging.root.handlers, logging.root.level, fairseq_compat.APPLIED['8 logging'])")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[]", "30", "True"] and done.stderr == ""
+
+
+@pytest.mark.parametrize("before", ["", "import fairseq; "])
+def test_a_logging_configuration_made_before_is_kept(before):
+    """A process that configured logging first, or imported fairseq first (as fairseq-train and
+    fairseq-generate do), keeps its handlers and level: the fix changes nothing there."""
+    done = fresh_python(f"import logging; logging.basicConfig(level=logging.INFO, format='MINE %(message)s'); {before}"
+                        "handlers, level = list(logging.root.handlers), logging.root.level; import fairseq_csan; "
+                        "from fairseq_csan import fairseq_compat; assert fairseq_compat.APPLIED['8 logging'] is False; "
+                        "assert logging.root.handlers == handlers and logging.root.level == level == logging.INFO; "
+                        "logging.getLogger('fairseq').info('seen')")
+    assert done.returncode == 0 and done.stderr.strip() == "MINE seen", done.stderr[-2000:]

@@ -281,7 +281,8 @@ def test_readme_path_end_to_end(tmp_path):
     assert "BLEU = " in quick.stdout and "chrF2 = " in quick.stdout
     assert (clone / "work/quickstart/toy/results/transformer_csan2d/hyp.detok").is_file()
     translated = run_block(WALK[1])  # the README's line, with the model folder the quick start wrote
-    assert translated.stdout.strip()
+    assert len(translated.stdout.splitlines()) == 1 and translated.stdout.strip(), translated.stdout
+    assert translated.stderr == "", f"the README's hub line printed more than its translation:\n{translated.stderr[:2000]}"
     others = run_block("ARCH=transformer bash examples/quickstart.sh")
     assert (clone / "work/quickstart/toy/checkpoints/transformer/checkpoint_last.pt").is_file()
     assert (clone / "work/quickstart/toy/model_transformer/model.pt").is_file()

@@ -800,7 +800,7 @@ def test_train_script_needs_prepared_data(tmp_path):
 def test_bf16_entry_point_undoes_only_the_tpu_implication():
     from fairseq import options
 
-    from fairseq_csan.train import bf16_without_tpu
+    from fairseq_csan.patches import bf16_without_tpu
 
     parse = bf16_without_tpu(options.parse_args_and_arch)
     base = ["/dev/null", "--task", "translation", "-s", "en", "-t", "de", "--arch", "transformer"]
