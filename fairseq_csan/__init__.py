@@ -5,9 +5,9 @@ Load it with ``--user-dir fairseq_csan`` (from the repository root; from any fol
 :func:`register`, which registers the models, the named architectures, the self-attention
 variants and ``--tokenizer csan_recipe`` in fairseq's registries, and makes the few changes to
 fairseq and torch that fairseq's own tools need to be right with them (patches.py lists every
-one, and why). The kit's commands in ``WITHOUT_FAIRSEQ`` need no model in their own process:
-started as ``python -m MODULE``, they do not register, so fairseq is not imported; one that
-does need the models after all calls :func:`register`.
+one, and why). The kit's commands (:func:`is_kit_command`), started as ``python -m MODULE``, do
+not register on import, so that their options are read and checked, and a refusal or ``--help``
+answers, before fairseq is imported; their work calls :func:`register` where it needs the models.
 """
 
 __version__ = "0.1.0"
@@ -22,14 +22,11 @@ def user_dir() -> str:
     return os.path.dirname(os.path.abspath(__file__))
 
 
-# The kit's commands that need no model in their own process (what fairseq work they have, child
-# processes do: fairseq-preprocess, the trainer, the evaluation), and `python -m fairseq_csan`
-# (its facts for scripts): started as `python -m MODULE`, they do not import fairseq (about 4 s
-# of a start) unless they call register().
-WITHOUT_FAIRSEQ = ("fairseq_csan", *(f"fairseq_csan.recipes.{name}" for name in (
-    "prepare", "toy_corpus", "train", "sweep", "multi30k", "from_transformer", "gpu_check", "quickstart",
-    "collect_results", "score", "decoding", "text", "corpora", "task", "analysis.ngram_gap", "analysis.length_buckets",
-    "analysis.window_sweep")))
+def is_kit_command(module: str) -> bool:
+    """Whether ``python -m MODULE`` is one of the kit's commands (``python -m fairseq_csan`` and
+    every ``fairseq_csan.recipes.*``): they read and check their options, and refuse, without
+    fairseq (about 3 s of a start), and call :func:`register` where their work needs the models."""
+    return module == "fairseq_csan" or module.startswith("fairseq_csan.recipes.")
 
 
 def register() -> None:
@@ -62,5 +59,5 @@ def _started_as(argv) -> str:
     return ""
 
 
-if _started_as(getattr(sys, "orig_argv", [])) not in WITHOUT_FAIRSEQ:
+if not is_kit_command(_started_as(getattr(sys, "orig_argv", []))):
     register()

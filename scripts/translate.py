@@ -1,9 +1,9 @@
 """Translate a raw text file with a trained model: ``python -m fairseq_csan.recipes.translate``
-under its old name (``--help`` lists the options)."""
+under its old name (``--help`` lists the options). It starts that command in this process's
+place, so that its options are read and checked before fairseq is imported."""
 
-from fairseq_csan.recipes.translate import main
+import os
+import sys
 
 if __name__ == "__main__":
-    from fairseq_csan.recipes.runner import as_command
-
-    as_command(main)
+    os.execv(sys.executable, [sys.executable, "-m", "fairseq_csan.recipes.translate", *sys.argv[1:]])

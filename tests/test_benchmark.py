@@ -11,7 +11,7 @@ import torch
 
 from conftest import REPO, shared_corpus
 from fairseq_csan.modules.local_window_attention import BANDED_FROM
-from fairseq_csan.recipes import benchmark
+from fairseq_csan.recipes import benchmark, benchmark_runs
 
 TINY_FLAGS = ("--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
               "--encoder-attention-heads 4 --decoder-attention-heads 4 --encoder-layers 3 --decoder-layers 1")
@@ -41,22 +41,22 @@ def test_the_shipped_lengths_are_newstest2014_s():
     """The default sentence lengths need nothing prepared: the word counts of newstest2014, read
     as --lengths-from reads the text itself."""
     text = shared_corpus("wmt14_en_de") / "newstest2014"
-    assert benchmark.length_pairs(None, 128) == benchmark.length_pairs(text, 128)
-    assert len(benchmark.length_pairs(None, 10_000)) == 3003
+    assert benchmark_runs.length_pairs(None, 128) == benchmark_runs.length_pairs(text, 128)
+    assert len(benchmark_runs.length_pairs(None, 10_000)) == 3003
 
 
 def test_a_gpu_call_is_timed_between_two_synchronisations():
     events = []
-    seconds = benchmark.timed(lambda: events.append("step"), lambda: events.append("sync"))
+    seconds = benchmark_runs.timed(lambda: events.append("step"), lambda: events.append("sync"))
     assert events == ["sync", "step", "sync"] and seconds >= 0
-    assert benchmark.synchronizer("cuda") is torch.cuda.synchronize
-    assert benchmark.synchronizer(torch.device("cuda", 0)) is torch.cuda.synchronize
+    assert benchmark_runs.synchronizer("cuda") is torch.cuda.synchronize
+    assert benchmark_runs.synchronizer(torch.device("cuda", 0)) is torch.cuda.synchronize
 
 
 def test_a_cpu_call_is_timed_without_cuda():
-    sync = benchmark.synchronizer("cpu")
+    sync = benchmark_runs.synchronizer("cpu")
     assert sync is not torch.cuda.synchronize and sync() is None  # (it would fail without a GPU)
-    assert benchmark.timed(lambda: None, sync) >= 0
+    assert benchmark_runs.timed(lambda: None, sync) >= 0
 
 
 @pytest.mark.parametrize("speedups, expected", [
@@ -68,11 +68,11 @@ def test_a_cpu_call_is_timed_without_cuda():
     ({64: 0.5, 128: 1.2, 256: None}, 128),             # dense too big to run at 256: banded wins there
 ])
 def test_crossover_is_where_banded_stays_faster(speedups, expected):
-    assert benchmark.crossover(speedups) == expected
+    assert benchmark_runs.crossover(speedups) == expected
 
 
 def test_the_crossover_compares_with_the_plugins_own_keys():
-    assert set(benchmark.ATTENTION) == set(BANDED_FROM)
+    assert set(benchmark_runs.ATTENTION) == set(BANDED_FROM)
 
 
 # ---------------------------------------------------------------- precision, in process
@@ -82,7 +82,7 @@ def test_the_crossover_compares_with_the_plugins_own_keys():
 def test_the_models_run_in_the_chosen_precision(mode, precision, dtype, monkeypatch, tmp_path, capsys):
     seen = []
     step = "train_step" if mode == "train" else "decode_step"
-    monkeypatch.setattr(benchmark, step, lambda model, batch, *rest: seen.append(
+    monkeypatch.setattr(benchmark_runs, step, lambda model, batch, *rest: seen.append(
         (type(model).__name__, next(model.parameters()).dtype, batch[0].device.type)))
     out = tmp_path / "table.md"
     argv = [
@@ -105,7 +105,7 @@ def test_the_models_run_in_the_chosen_precision(mode, precision, dtype, monkeypa
 def test_on_a_gpu_each_model_meets_the_batch_before_it_is_timed(untimed_first, ratio, monkeypatch, tmp_path):
     """A first call on a new shape that costs more (a GPU's choice of kernels) is left out of the
     time where the benchmark meets each batch untimed first (on a GPU), and counted where not."""
-    assert benchmark.meets_shapes_untimed("cuda") and not benchmark.meets_shapes_untimed("cpu")
+    assert benchmark_runs.meets_shapes_untimed("cuda") and not benchmark_runs.meets_shapes_untimed("cpu")
     met = set()
 
     def step(model, batch):  # the seconds a call takes: 5 (the variant) or 1 on a first meeting, then 1
@@ -113,9 +113,9 @@ def test_on_a_gpu_each_model_meets_the_batch_before_it_is_timed(untimed_first, r
         met.add((type(model).__name__, id(batch)))
         return 5.0 if first and type(model).__name__ == "VariantTransformerModel" else 1.0
 
-    monkeypatch.setattr(benchmark, "train_step", step)
-    monkeypatch.setattr(benchmark, "timed", lambda call, device: call())
-    monkeypatch.setattr(benchmark, "meets_shapes_untimed", lambda device: untimed_first)
+    monkeypatch.setattr(benchmark_runs, "train_step", step)
+    monkeypatch.setattr(benchmark_runs, "timed", lambda call, device: call())
+    monkeypatch.setattr(benchmark_runs, "meets_shapes_untimed", lambda device: untimed_first)
     out = tmp_path / "table.md"
     argv = ["benchmark", "--no-malloc-tuning", "--archs", "transformer_csan2d", "--lengths-from",
             shared_corpus("wmt14_en_de") / "newstest2014", "--model-flags", TINY_FLAGS, "--vocab", "100",
@@ -189,12 +189,12 @@ def test_crossover_mode_reports_each_csan_beside_the_plugins_choice(tmp_path):
 
 def test_the_cpu_memory_probe_runs_in_the_chosen_precision(monkeypatch):
     """--mode long measures memory in a child process: it must get the precision too."""
-    command = benchmark.probe_command("2D", "banded", 64, 2, "bf16")
+    command = benchmark_runs.probe_command("2D", "banded", 64, 2, "bf16")
     assert command[-7:] == ["--probe-memory", "2D", "banded", "64", "2", "--precision", "bf16"]
     seen = []
-    monkeypatch.setattr(benchmark, "attention_step", lambda module, x: seen.append(
+    monkeypatch.setattr(benchmark_runs, "attention_step", lambda module, x: seen.append(
         (x.dtype, next(module.parameters()).dtype, module.impl)))
-    benchmark.probe_memory("2D", "banded", 32, 2, torch.bfloat16)
+    benchmark_runs.probe_memory("2D", "banded", 32, 2, torch.bfloat16)
     assert seen == [(torch.bfloat16, torch.bfloat16, "banded")]
 
 

@@ -1,7 +1,6 @@
 """fairseq_csan/__init__.py: importing the plugin registers everything and changes nothing of
-fairseq, torch or logging beyond what patches.py lists; the kit's commands that need no model in
-their own process start without importing fairseq, and register only when they call
-fairseq_csan.register()."""
+fairseq, torch or logging beyond what patches.py lists; the kit's commands start without
+importing fairseq, and register only when they call fairseq_csan.register()."""
 
 import subprocess
 import sys
@@ -98,19 +97,37 @@ def test_importing_the_plugin_changes_only_what_patches_lists():
     assert not set(seen["rebound"]) - listed - allow_list
     assert not allow_list or fairseq_compat.APPLIED["1 checkpoints"]
     applied = {p.target for p in patches.AT_IMPORT if not p.fix or fairseq_compat.APPLIED[p.fix]}
-    assert applied - {"torch.serialization:add_safe_globals", "warnings:filters"} <= set(seen["rebound"])
+    # (fix 8 rebinds nothing: it puts back what fairseq's import configured, where the plugin imported fairseq)
+    assert applied - {"torch.serialization:add_safe_globals", "warnings:filters", "logging:root"} <= set(seen["rebound"])
     assert seen["loggers"] == [] and not seen["finders"]
     assert len(seen["filters"]) == len(quiet.HARMLESS) + len(quiet.HARMLESS_IN_MODULE)
 
 
-@pytest.mark.parametrize("module", fairseq_csan.WITHOUT_FAIRSEQ)
-def test_the_kit_s_commands_that_need_no_model_start_without_fairseq(module):
-    """python -X importtime -m MODULE --help lists no import of fairseq (or torch)."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert done.returncode == 0 and "usage" in done.stdout, done.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "fairseq_csan" in imported and not imported & {"fairseq", "torch"}
+def kit_commands():
+    """``python -m fairseq_csan`` and every module of the recipe kit that runs as a command."""
+    found = sorted(".".join(p.relative_to(REPO).with_suffix("").parts) for p in (REPO / "fairseq_csan/recipes").rglob("*.py")
+                   if 'if __name__ == "__main__":' in p.read_text(encoding="utf-8"))
+    return ["fairseq_csan", *found]
+
+
+def imports_of(argv):
+    """(the process, the modules it imported) of ``python -X importtime -m ARGV``."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", *argv], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    return done, {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("module", kit_commands())
+def test_every_kit_command_answers_help_and_refuses_before_fairseq(module):
+    """python -X importtime -m MODULE --help, and the same command with an option it does not
+    know (a refusal), import neither fairseq nor torch: they answer at once."""
+    assert fairseq_csan.is_kit_command(module)
+    done, imported = imports_of([module, "--help"])
+    assert done.returncode == 0 and "usage" in done.stdout.lower(), done.stderr[-2000:]
+    assert "fairseq_csan" in imported and not imported & {"fairseq", "torch"}, module
+    done, imported = imports_of([module, "--no-such-option"])
+    assert done.returncode == 2 and "error" in done.stderr, done.stderr[-2000:]
+    assert not imported & {"fairseq", "torch"}, module
 
 
 LATER = ("import sys; sys.orig_argv = [sys.executable, '-m', 'fairseq_csan.recipes.prepare', 'files']; "

@@ -23,11 +23,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from .. import register
-
-register()  # lets torch load fairseq checkpoints weights-only (a command that starts without fairseq imports this)
 
 # fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
 # when it removes old checkpoints: the group is the number they are ordered by
@@ -37,6 +33,7 @@ EPOCH = r"checkpoint(\d+)\.pt"  # one per epoch
 
 def listed(folder: Path, pattern: str = UPDATE):
     """The checkpoints of ``folder`` named by ``pattern``, newest first, as fairseq lists them."""
+    register()  # (this command starts without fairseq)
     from fairseq.checkpoint_utils import checkpoint_paths
 
     return [Path(p) for p in checkpoint_paths(str(folder), pattern=pattern)]
@@ -140,6 +137,9 @@ def average(paths):
     """The averaged checkpoint (a dict, as fairseq saves it) of ``paths``; each checkpoint's
     contents must be of one run: the same model settings and seed, the update count its name
     says, and different update counts."""
+    import torch
+
+    register()  # torch loads fairseq checkpoints weights-only with the plugin's allow-list (fix 1)
     total, first_keys, newest, first_config, seen = None, None, None, None, {}
     for path in paths:
         if not path.is_file():

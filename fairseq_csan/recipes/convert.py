@@ -79,9 +79,11 @@ def unknown_flag(word: str, actions) -> str:
 
 
 def plugin_architecture(arch: str):
+    from .. import register
+
+    register()
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    import fairseq_csan  # noqa: F401
     from fairseq_csan.models.variant_transformer import VariantTransformerModel
 
     ours = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if isinstance(m, type) and issubclass(m, VariantTransformerModel)
@@ -252,7 +254,9 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
 
 def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: str = "model.pt", seed: int = 1,
             force: bool = False, hub: dict = None) -> str:
-    import fairseq_csan  # noqa: F401  (our architectures and the loading fixes)
+    from .. import register
+
+    register()  # our architectures and the loading fixes
 
     plugin_architecture(arch)
     if out.exists() and not out.is_dir():
@@ -286,8 +290,12 @@ def main(argv=None):
     p.add_argument("--bpe", help="its BPE kind (subword_nmt for transformer.wmt16/wmt14, fastbpe for wmt19), likewise")
     p.add_argument("--seed", type=int, default=1, help="seed of the initial values a variant keeps (default: 1)")
     p.add_argument("--force", action="store_true", help="replace a different model folder that convert or export wrote")
-    import fairseq_csan  # noqa: F401  (the variants' flags)
+    p.epilog += ("\n\nVARIANT FLAGS: the architecture's own (python -m fairseq_csan help fairseq-train --arch ARCH lists "
+                 "them), checked as fairseq-train checks them.")
+    p.parse_known_args(argv)  # --help and the options above, before fairseq is imported
+    from .. import register
 
+    register()  # the variants' flags
     actions = variant_flags()
     group = p.add_argument_group("variant flags", "the architecture's own settings, checked as fairseq-train checks them")
     for action in actions:

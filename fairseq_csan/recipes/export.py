@@ -60,7 +60,9 @@ def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int
 
 
 def load_state(checkpoint: Path, overrides: dict) -> dict:
-    import fairseq_csan  # noqa: F401  (our architectures, the tokenizer, the loading fixes)
+    from .. import register
+
+    register()  # our architectures, the tokenizer, the loading fixes
     from fairseq import checkpoint_utils
 
     try:
@@ -229,9 +231,7 @@ def folder_model(folder: Path) -> dict:
     flags of its shape and variant (flag -> value, as fairseq-train takes them), its dictionaries'
     files and the checkpoint's SHA-256. A damaged folder (export's seal) or one without model.pt
     and its dictionaries raises ExportError, naming the file."""
-    from fairseq_csan import register
     from fairseq_csan.model_folder import DamagedModelFolder, sha256, verify
-    from fairseq_csan.modules.registry import SELF_ATTENTION_VARIANTS, model_defining_flags
 
     checkpoint = folder / "model.pt"
     if not checkpoint.is_file():
@@ -240,8 +240,9 @@ def folder_model(folder: Path) -> dict:
         verify(folder)
     except DamagedModelFolder as error:
         raise ExportError(str(error)) from None
-    register()  # our architectures and the loading fixes, in a command that started without fairseq
-    state = load_state(checkpoint, {"data": str(folder)})
+    state = load_state(checkpoint, {"data": str(folder)})  # (registers the plugin, before its modules are imported)
+    from fairseq_csan.modules.registry import SELF_ATTENTION_VARIANTS, model_defining_flags
+
     model, task = state["cfg"]["model"], state["cfg"]["task"]
     arch = getattr(model, "arch", None) or getattr(model, "_name", None)
     flags = list(SHAPE_FLAGS) + list(VARIANT_FLAGS)

@@ -58,11 +58,11 @@ def read(folder: Path, src: str, tgt: str) -> dict:
 def _encoders(like: dict, lang: str):
     from argparse import Namespace
 
-    from fairseq.data import encoders
-
     from fairseq_csan import register
 
     register()  # --tokenizer csan_recipe is ours
+    from fairseq.data import encoders
+
     folder = Path(like["folder"])
     tokenizer = encoders.build_tokenizer(Namespace(tokenizer=like["tokenizer"], source_lang=lang, target_lang=lang,
                                                    moses_source_lang=lang, moses_target_lang=lang,

@@ -184,9 +184,9 @@ def check_arch(arch: str) -> None:
     if arch in ARCHITECTURES or arch in FAIRSEQ_TRANSFORMERS:
         return
     from .. import register
-    from fairseq.models import ARCH_MODEL_REGISTRY
 
     register()  # this command starts without fairseq: our architectures, for the nearest names
+    from fairseq.models import ARCH_MODEL_REGISTRY
 
     if arch not in ARCH_MODEL_REGISTRY:
         close = difflib.get_close_matches(arch, ARCH_MODEL_REGISTRY, n=3)

@@ -86,6 +86,10 @@ class GateTotals:
 
 def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_lines=None):
     import torch
+
+    from fairseq_csan import register
+
+    register()  # (this command starts without fairseq)
     from fairseq import checkpoint_utils, utils
 
     from fairseq_csan import record_gates
