@@ -22,7 +22,8 @@ decodes with every generation setting of the folder (length penalty, length limi
 beam, which ``translate()`` takes from its own default, 5, so an exported folder would silently
 translate with neither the papers' setting (beam 4) nor fairseq's defaults, and not as
 evaluate.sh and translate.py do, which export promises. An explicit beam still wins, and every
-other hub model keeps fairseq's default.
+other hub model keeps fairseq's default. Such a folder also translates one sentence on the CPU
+with one thread, as translate.py does (recipes/decoding.py says why; OMP_NUM_THREADS wins).
 """
 
 from dataclasses import dataclass, field
@@ -76,11 +77,26 @@ def _uses_our_tokenizer(hub) -> bool:
 
 def translate_with_stored_beam(translate):
     """fairseq's ``GeneratorHubInterface.translate``; without a beam, a model folder with our
-    tokenizer decodes with its own (fairseq's default, 5, for every other model)."""
+    tokenizer decodes with its own (fairseq's default, 5, for every other model), and one
+    sentence on the CPU with one thread (recipes/decoding.py's rule; OMP_NUM_THREADS wins)."""
     def wrapped(self, sentences, beam=None, verbose=False, **kwargs):
-        if beam is None:
-            beam = self.cfg.generation.beam if _uses_our_tokenizer(self) else 5  # 5: fairseq's default
-        return translate(self, sentences, beam, verbose, **kwargs)
+        if not _uses_our_tokenizer(self):
+            return translate(self, sentences, 5 if beam is None else beam, verbose, **kwargs)  # 5: fairseq's default
+        import torch
+
+        from .recipes.decoding import cpu_threads
+
+        beam = self.cfg.generation.beam if beam is None else beam
+        one = isinstance(sentences, str) or len(sentences) == 1
+        threads = cpu_threads(1 if one else 2) if self.device.type == "cpu" else None
+        if not threads:
+            return translate(self, sentences, beam, verbose, **kwargs)
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return translate(self, sentences, beam, verbose, **kwargs)
+        finally:
+            torch.set_num_threads(before)
 
     wrapped.__wrapped__ = translate
     wrapped.__doc__ = translate.__doc__

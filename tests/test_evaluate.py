@@ -7,6 +7,8 @@ import json
 import os
 import re
 
+import sys
+
 import pytest
 
 from recipe_helpers import N_TEST, check_results, evaluate_tiny, lines, recipe_main, refusal_of, run, walk_options, write
@@ -149,6 +151,10 @@ def test_decode_runs_fairseq_generate_its_hypotheses_apart_from_its_log(tree, tm
     assert len(hypotheses) == 3 * N_TEST
     assert f"Translated {N_TEST} sentences" in log.read_text(encoding="utf-8")  # its log, apart
     assert not any(line.startswith("INFO") for line in gen.read_text(encoding="utf-8").splitlines())
+    # the threads it decodes with on the CPU reach it as OMP_NUM_THREADS (decoding.cpu_threads), shown with it
+    reports = [sys.executable, "-c", "import os; print('H-0\\t0\\t' + os.environ['OMP_NUM_THREADS'])"]
+    evaluate.decode(reports, gen, log, 1, 5, threads=3)
+    assert gen.read_text(encoding="utf-8") == "H-0\t0\t3\n" and "$ OMP_NUM_THREADS=3 " in capsys.readouterr().err
 
     for broken, why in (([*command[:6], str(tmp_path / "missing.pt"), *command[7:]], "missing.pt"),
                         ([*command, "--beam", "four"], "exit status 2")):
@@ -248,8 +254,8 @@ def test_every_option_changes_the_evaluation_or_is_refused(ende, tree, tmp_path,
                     action([out / "generate.txt.tmp", out / "generate.log.tmp"])
 
             monkeypatch.setattr(evaluate, "make", make)
-            monkeypatch.setattr(evaluate, "decode", lambda command, gen, log, total, every:
-                                record.append(("fairseq-generate", command, total, every)))
+            monkeypatch.setattr(evaluate, "decode", lambda command, gen, log, total, every, threads:
+                                record.append(("fairseq-generate", command, total, every, threads)))
             monkeypatch.setattr(score, "main", lambda argv: record.append(("score", argv)))
             refused = refusal_of(evaluate.main, ["--data", tree / "task", "--out", out, *base, *extra], capsys)
             return repr(record).replace(str(out), "OUT"), refused
@@ -259,7 +265,8 @@ def test_every_option_changes_the_evaluation_or_is_refused(ende, tree, tmp_path,
                ["--last", "1"], ["--checkpoint", tree / "ck/checkpoint_last.pt"], ["--subset", "valid"],
                ["--beam", "2"], ["--lenpen", "1.0"], ["--batch-size", "7"], ["--baseline", tree / "ev"],
                ["--baseline", tree / "ev", "--bootstrap-samples", "10"], ["--bootstrap-samples", "10"],
-               ["--name", "mine"], ["--cpu"], ["--fp16"], ["--cpu", "--fp16"], ["--progress-every", "5"], ["--force"]]
+               ["--name", "mine"], ["--cpu"], ["--fp16"], ["--cpu", "--fp16"], ["--progress-every", "5"], ["--force"],
+               ["--threads", "3"], ["--threads", "0"]]
     bootstrap = ["--baseline", tree / "ev", "--bootstrap-samples", "10"]
     for base in (["--checkpoints", tree / "ck", "--last", "2"], ["--checkpoint", tree / "ev/averaged.pt"]):
         walk_options(plan_of(base), options, against={tuple(map(str, bootstrap)): ["--baseline", tree / "ev"]})

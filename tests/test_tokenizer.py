@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import fairseq_csan  # noqa: F401  (registers the tokenizer)
 from fairseq import hub_utils, options
@@ -84,8 +85,10 @@ class FakeHub:
         from omegaconf import OmegaConf
 
         self.cfg = OmegaConf.create({"tokenizer": tokenizer, "generation": {"beam": beam}})
+        self.device, self.threads = torch.device("cpu"), None
 
     def sample(self, sentences, beam, verbose=False, **kwargs):
+        self.threads = torch.get_num_threads()
         return beam
 
 
@@ -98,3 +101,23 @@ def test_exported_hub_models_translate_with_their_stored_beam():
     # every other hub model keeps fairseq's default
     assert translate(FakeHub({"_name": "moses"}, beam=4), "x") == 5
     assert translate(FakeHub(None, beam=4), "x") == 5
+
+
+def test_an_exported_hub_model_translates_one_sentence_on_the_cpu_with_one_thread(monkeypatch):
+    """decoding.cpu_threads' rule, in the hub: one thread for one sentence, the caller's number
+    for more, and OMP_NUM_THREADS as the user set it; the caller's number is put back."""
+    translate = hub_utils.GeneratorHubInterface.translate
+    ours = FakeHub({"_name": "csan_recipe", "source_lang": "en", "target_lang": "de"}, beam=4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        translate(ours, "x")
+        assert ours.threads == 1 and torch.get_num_threads() == 2
+        translate(ours, ["x", "y"])
+        assert ours.threads == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        translate(ours, ["x"])
+        assert ours.threads == 2
+    finally:
+        torch.set_num_threads(before)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from recipe_helpers import fake_task, in_process, lines, refusal_of, walk_options, write
 
@@ -191,20 +192,25 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
                 parameter = next(hub.parameters())
                 weights = float(sum(p.detach().double().sum() for p in hub.parameters()))
                 record.append((hub.cfg.task.data, weights, hub.cfg.dataset.batch_size, str(parameter.device),
-                               str(parameter.dtype), lines_, beam, lenpen, every))
+                               str(parameter.dtype), torch.get_num_threads(), lines_, beam, lenpen, every))
                 return lines_, lines_
 
             monkeypatch.setattr(translate, "translate_lines", decode)
             monkeypatch.setattr(translate, "write_whole",
                                 lambda path, data, by: record.append(("write", str(path), path.exists())))
-            refused = refusal_of(translate.main, [*base, "--input", source, "--output", out, "--cpu", *extra], capsys)
+            threads = torch.get_num_threads()  # (main sets them, in this process: put back for the next plan)
+            try:
+                refused = refusal_of(translate.main, [*base, "--input", source, "--output", out, "--cpu", *extra], capsys)
+            finally:
+                torch.set_num_threads(threads)
             return repr(record).replace(str(out), "OUT"), refused
         return plan
 
     options = [["--data", tree / "task", "--checkpoint", tree / "ev/averaged.pt"], ["--data", tree / "task"],
                ["--checkpoint", tree / "ck/checkpoint_last.pt"], ["--model", tmp_path / "model_copy"],
                ["--input", tmp_path / "other.en"], ["--output", tmp_path / "elsewhere.de"], ["--beam", "2"],
-               ["--lenpen", "1.0"], ["--batch-size", "3"], ["--fp16"], ["--force"], ["--progress-every", "5"]]
+               ["--lenpen", "1.0"], ["--batch-size", "3"], ["--fp16"], ["--force"], ["--progress-every", "5"],
+               ["--threads", "3"], ["--threads", "0"]]
     walk_options(plan_of(["--model", tree / "model"]), options)
     walk_options(plan_of(["--data", tree / "task", "--checkpoint", tree / "ev/averaged.pt"]),
                  [o for o in options if o[0] not in ("--data", "--model")] + [["--model", tree / "model"]])

@@ -1,14 +1,21 @@
-"""The papers' decoding settings: their one owner.
+"""The papers' decoding settings, and the threads of decoding on the CPU: their one owner.
 
 Both papers decode with beam size 4 and length penalty 0.6 (Vaswani et al. 2017, section 6.1,
 whose setup they follow), outputs at most 50 tokens longer than the input (fairseq's
 ``--max-len-a 1 --max-len-b 50``). evaluate.sh, translate.py and the exported model folders
 (export.py) take them from here.
 
-    python -m fairseq_csan.recipes.decoding [--beam N] [--lenpen X]   # as fairseq-generate arguments
+On the CPU, a batch of one sentence decodes as fast with one thread as with all cores on a quiet
+machine, and several times faster with one where other work shares the cores (its small
+products only make idle threads wait); a batch of 16 or more decodes 1.2 to 1.4 times faster with
+all cores on a quiet machine (docs/speed.md, "Threads on the CPU"). So translate.py, evaluate.sh
+and the hub's ``translate()`` of an exported folder take one thread for a batch of one sentence
+and torch's own number (all cores) for larger batches, unless told: ``--threads N``, or
+``OMP_NUM_THREADS`` in the environment, which torch reads and the kit leaves as it is.
 """
 
-import argparse
+import os
+from typing import Optional
 
 BEAM = 4
 LENPEN = 0.6
@@ -29,17 +36,12 @@ def generation_overrides(beam: int = BEAM, lenpen: float = LENPEN) -> dict:
     return {"beam": beam, "lenpen": lenpen, "max_len_a": MAX_LEN_A, "max_len_b": MAX_LEN_B}
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.decoding", description=__doc__.split("\n\n")[0])
-    p.add_argument("--beam", type=int, default=BEAM)
-    p.add_argument("--lenpen", type=float, default=LENPEN)
-    args = p.parse_args(argv)
-    if args.beam < 1:
-        p.error(f"--beam must be a positive whole number, got {args.beam}")
-    print(" ".join(generate_args(args.beam, args.lenpen)))
-
-
-if __name__ == "__main__":
-    from .runner import as_command
-
-    as_command(main)
+def cpu_threads(sentences_a_batch: int, given: Optional[int] = None) -> Optional[int]:
+    """The threads for decoding batches of ``sentences_a_batch`` sentences on the CPU: ``given``
+    (--threads N) where given; None (torch's own number) where OMP_NUM_THREADS is set, or for a
+    batch of more than one sentence; else 1."""
+    if given is not None:
+        return given
+    if os.environ.get("OMP_NUM_THREADS") or sentences_a_batch > 1:
+        return None
+    return 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -76,6 +77,9 @@ def parse(argv=None):
     p.add_argument("--name", help="the system's name in tables (default: its architecture)")
     p.add_argument("--cpu", action="store_true", help="decode on the CPU")
     p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
+    p.add_argument("--threads", type=positive, metavar="N",
+                   help="CPU threads of fairseq-generate (default: 1 with --batch-size 1, else all cores; "
+                        "OMP_NUM_THREADS where set): docs/speed.md, Threads on the CPU")
     p.add_argument("--progress-every", type=positive, default=30, metavar="S",
                    help="while decoding, report the sentences done every S seconds (default 30)")
     p.add_argument("--force", action="store_true",
@@ -109,9 +113,10 @@ def model_settings(checkpoint: Path, task: PreparedTask) -> dict:
     """The checkpoint's own model settings (arch, max_source_positions, ...), read with
     fairseq's loader; a file it cannot read, or a model of other dictionaries than the task's,
     is named."""
-    from fairseq import checkpoint_utils
+    from .. import register
 
-    import fairseq_csan  # noqa: F401  (our architectures and the fixes that let checkpoints load)
+    register()  # our architectures and the fixes that let checkpoints load
+    from fairseq import checkpoint_utils
 
     from .export import ExportError, check_dictionaries
 
@@ -136,7 +141,7 @@ def too_long_lines(bpe_file: Path, limit):
         return [n for n, line in enumerate(f, 1) if len(line.split()) + 1 > limit]
 
 
-def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> None:
+def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int, threads=None) -> None:
     """Run fairseq-generate (``command``) as ``command > gen_tmp 2> log_tmp`` would: the
     hypotheses to gen_tmp, its log, warnings and errors to log_tmp, so no log line can land among
     the hypotheses. It runs as every child of the kit's does (runner.run_child: a process group
@@ -144,7 +149,8 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
     done are reported meanwhile every ``every`` seconds, with the speed and the time left."""
     from .runner import Progress, run_child
 
-    log(f"  $ {shell_words(command)} > {gen_tmp} 2> {log_tmp}")
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    log(f"  $ {'OMP_NUM_THREADS=%d ' % threads if threads else ''}{shell_words(command)} > {gen_tmp} 2> {log_tmp}")
 
     def count():
         try:
@@ -170,7 +176,7 @@ def decode(command, gen_tmp: Path, log_tmp: Path, total: int, every: int) -> Non
 
             watcher.start()
             ended = run_child(command, gen_tmp, errors_to_out=False, errors=to_log, with_parent=True,
-                              name="fairseq-generate", say=log)
+                              name="fairseq-generate", say=log, env=env)
         if ended.signal is not None:
             raise SystemExit(ended.code)
         if ended.code != 0:
@@ -344,7 +350,8 @@ def main(argv=None) -> None:
     gen = out / "generate.txt"
     make(Step(stamps, "decode", [model, *test_files], [gen, out / "generate.log"],
               {"subset": args.subset, "command": " ".join(settings + hw), "batch_size": args.batch_size}),
-         lambda temps: decode(command, temps[0], temps[1], total, args.progress_every), force=args.force,
+         lambda temps: decode(command, temps[0], temps[1], total, args.progress_every,
+                              decoding.cpu_threads(min(args.batch_size, total), args.threads)), force=args.force,
          prefix="evaluate", what=f"2/3 decoding {args.subset} ({total} sentences): beam {args.beam}, length penalty "
          f"{args.lenpen:g}, output length <= source + {decoding.MAX_LEN_B}", short=f"2/3 {gen} (the same model and settings)")
 

@@ -37,7 +37,6 @@ reference length, which raw input does not have, so a hypothesis that runs to th
 """
 
 import argparse
-import logging
 import os
 import sys
 import time
@@ -63,7 +62,9 @@ def preprocess(lines, src: str, codes: Path, pretokenized: bool = False):
 
 def load(args):
     """The hub model (fairseq's GeneratorHubInterface) of --model, or of --checkpoint on --data."""
-    import fairseq_csan  # noqa: F401  (our architectures and --tokenizer csan_recipe)
+    from .. import register
+
+    register()  # our architectures and --tokenizer csan_recipe
     from fairseq import checkpoint_utils, hub_utils
     from fairseq.models.transformer import TransformerModel
     from omegaconf import open_dict
@@ -188,6 +189,9 @@ def main(argv=None):
     parser.add_argument("--cpu", action="store_true",
                         help="decode on the CPU even where there is a GPU (default: the GPU when torch sees one)")
     parser.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="CPU threads (default: 1 for a batch of one sentence, else all cores; OMP_NUM_THREADS "
+                             "where set): docs/speed.md, Threads on the CPU")
     parser.add_argument("--force", action="store_true",
                         help="replace an --output that translate.py wrote before (a file of anyone else's is never replaced)")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="S",
@@ -209,7 +213,7 @@ def main(argv=None):
         parser.error(f"--input {args.input}: no such file")
     if stdin and args.output is None:
         parser.error(f"--input {args.input} (standard input) needs --output")
-    for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size)):
+    for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size), ("--threads", 1 if args.threads is None else args.threads)):
         if value < 1:
             parser.error(f"{flag} must be a positive whole number, got {value}")
     if args.fp16 and args.cpu:
@@ -263,8 +267,12 @@ def main(argv=None):
     except TextError as error:
         parser.error(str(error))
 
-    logging.getLogger("fairseq").setLevel(logging.WARNING)  # its INFO lines (the whole configuration) are noise here
     hub = load(args)
+    threads = decoding.cpu_threads(min(args.batch_size, len(lines)), args.threads)
+    if threads and hub.device.type == "cpu":  # one thread for a batch of one sentence, or --threads N
+        import torch
+
+        torch.set_num_threads(threads)
     src, tgt = hub.cfg.task.source_lang, hub.cfg.task.target_lang
     output, tok_output = outputs(args.output or args.input.with_name(f"{args.input.name}.{tgt}"))
     held = held or lock(output)
