@@ -51,7 +51,7 @@ setup(
         "omegaconf>=2.0.6,<2.4",
         "numpy>=1.21.3",
         "regex",
-        "tqdm>=4.66",  # TQDM_DISABLE: no progress bars in the recipes' logs (steps.py)
+        "tqdm>=4.66",  # TQDM_DISABLE: no progress bars in the recipes' logs (prepare.py)
         "bitarray",
         "scikit-learn",
         "packaging",

@@ -45,7 +45,8 @@ def in_process(main, argv, check=True, cwd=REPO):
     import io
     from unittest import mock
 
-    from fairseq_csan.recipes.runner import _HELD
+    from fairseq_csan.recipes.runner import as_command
+    from fairseq_csan.recipes.runner.files import _HELD
 
     def no_exec(*args, **kwargs):
         raise AssertionError(f"{argv}: main would replace this process (os.exec*); run it as a process instead")
@@ -59,7 +60,7 @@ def in_process(main, argv, check=True, cwd=REPO):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 mock.patch.multiple(os, execv=no_exec, execve=no_exec, execvp=no_exec, execvpe=no_exec):
             try:
-                main([str(a) for a in argv])
+                as_command(main, [str(a) for a in argv])  # as its process runs it: its refusals in one line, its status
             except SystemExit as stop:
                 if isinstance(stop.code, str):  # as Python ends: the message on standard error, exit 1
                     print(stop.code, file=sys.stderr)
@@ -253,10 +254,13 @@ def hold_lock(target, folder):
 
 
 def refusal_of(main, argv, capsys):
-    """Run a command's ``main(argv)`` in this process: None when it ends normally, else its
-    refusal (the last line it wrote); its standard error is read from ``capsys``."""
+    """Run a command's ``main(argv)`` in this process, as its process runs it (runner.as_command):
+    None when it ends normally, else its refusal (the last line it wrote); its standard error is read
+    from ``capsys``."""
+    from fairseq_csan.recipes.runner import as_command
+
     try:
-        main([str(a) for a in argv])
+        as_command(main, [str(a) for a in argv])
     except SystemExit as stop:
         if stop.code in (0, None):
             return None
@@ -297,6 +301,7 @@ def prepare_planner(monkeypatch, capsys, root, base):
     import sys
 
     from fairseq_csan.recipes import prepare as preparer
+    from fairseq_csan.recipes.runner import record_written
 
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # its tools
     runs = itertools.count()
@@ -313,10 +318,10 @@ def prepare_planner(monkeypatch, capsys, root, base):
             for path in stp.outputs:  # what the next steps read
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
-            stp.record()  # the step's stamp, as make leaves it: what prepare wrote, for its next run
+            record_written(stp.outputs, "prepare")  # as make leaves them: what prepare wrote
+            return True
 
         monkeypatch.setattr(preparer, "make", step)
-        monkeypatch.setattr(preparer, "run", step)
         monkeypatch.setattr(preparer, "call", lambda command, **_: record.append([str(c) for c in command]))
         refused = refusal_of(preparer.main, [*base, "--out", out, *extra], capsys)
         return repr(record).replace(str(out), "OUT"), refused

@@ -9,7 +9,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from conftest import TINY, build_model
 from fairseq_csan.recipes import average_checkpoints
-from fairseq_csan.recipes.runner import write_whole
+from fairseq_csan.recipes.runner import Refusal, write_file
 
 
 def save(path, model, args, updates):
@@ -65,7 +65,7 @@ def test_list_prints_the_choice_without_writing(checkpoints, tmp_path, capsys):
     average_checkpoints.main(["--dir", str(tmp_path), "--last", "2", "--list"])
     assert capsys.readouterr().out.splitlines() == [str(p) for p in paths[1:]]
     assert not list(tmp_path.glob("*avg*")) and len(list(tmp_path.glob("*.pt"))) == 4
-    with pytest.raises(SystemExit):
+    with pytest.raises(Refusal):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "2"])  # neither --output nor --list
 
 
@@ -81,26 +81,26 @@ def test_refusals(checkpoints, tmp_path):
     out = tmp_path / "average.pt"
     out.write_bytes(b"keep me")  # a file of the user's: never replaced, --force or not
     for force in ([], ["--force"]):
-        with pytest.raises(SystemExit, match="exists, and average_checkpoints did not write it"):
+        with pytest.raises(Refusal, match="average_checkpoints did not write it"):
             average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out), *force])
     assert out.read_bytes() == b"keep me"
     out.unlink()
     average_checkpoints.main(["--inputs", str(paths[0]), "--output", str(out)])
     first = out.read_bytes()
-    with pytest.raises(SystemExit, match=r"exists \(an earlier output of average_checkpoints\): pass --force"):
+    with pytest.raises(Refusal, match=r"exists \(an earlier output of average_checkpoints\): pass --force"):
         average_checkpoints.main(["--inputs", str(paths[1]), "--output", str(out)])
     average_checkpoints.main(["--inputs", str(paths[1]), "--output", str(out), "--force"])
     assert out.read_bytes() != first
-    assert sorted(p.name for p in tmp_path.glob(".average.pt*")) == [".average.pt.written.json"]
-    with pytest.raises(SystemExit, match="missing checkpoint .*nowhere.pt"):
+    assert not list(tmp_path.glob(".average.pt*"))  # no temporary left (its record: the folder's .written.json)
+    with pytest.raises(Refusal, match="missing checkpoint .*nowhere.pt"):
         average_checkpoints.main(["--inputs", str(paths[0]), str(tmp_path / "nowhere.pt"), "--output", str(tmp_path / "x.pt")])
-    with pytest.raises(SystemExit, match="--last 5 needs 5 numbered checkpoints .* found 3"):
+    with pytest.raises(Refusal, match="--last 5 needs 5 numbered checkpoints .* found 3"):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "5", "--output", str(tmp_path / "y.pt")])
     other, args, _ = build_model("transformer_csan2d", TINY)
     save(tmp_path / "other.pt", other, args, 1)
-    with pytest.raises(SystemExit, match="other.pt is not of the same run as .*arch transformer_relpos vs transformer_csan2d"):
+    with pytest.raises(Refusal, match="other.pt is not of the same run as .*arch transformer_relpos vs transformer_csan2d"):
         average_checkpoints.main(["--inputs", str(paths[0]), str(tmp_path / "other.pt"), "--output", str(tmp_path / "z.pt")])
-    with pytest.raises(SystemExit, match="--output .*checkpoint_1_100.pt is input 1 .*checkpoint_1_100.pt"):
+    with pytest.raises(Refusal, match="--output .*checkpoint_1_100.pt is input 1 .*checkpoint_1_100.pt"):
         average_checkpoints.main(["--inputs", str(paths[0]), str(paths[1]), "--output", str(paths[0]), "--force"])
     assert len(list(tmp_path.glob("*.pt"))) == 6 and not (tmp_path / "z.pt").exists()
 
@@ -112,13 +112,13 @@ def test_a_checkpoint_of_another_run_is_refused_by_its_contents(checkpoints, tmp
     # another run's checkpoint renamed into the folder: its contents say update 7, not 400
     model, args, _ = build_model("transformer_relpos", TINY, seed=5)
     save(tmp_path / "checkpoint_2_400.pt", model, args, 7)
-    with pytest.raises(SystemExit, match="checkpoint_2_400.pt holds a checkpoint of update 7, not 400"):
+    with pytest.raises(Refusal, match="checkpoint_2_400.pt holds a checkpoint of update 7, not 400"):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
     (tmp_path / "checkpoint_2_400.pt").unlink()
     # the same update count, but another seed
     model, args, _ = build_model("transformer_relpos", [*TINY, "--seed", "9"])
     save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
-    with pytest.raises(SystemExit, match="checkpoint_2_400.pt is not of the same run .*seed 1 vs 9"):
+    with pytest.raises(Refusal, match="checkpoint_2_400.pt is not of the same run .*seed 1 vs 9"):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
     # the same run extended with a larger --max-update (and another learning rate): still one run
     model, args, _ = build_model("transformer_relpos", [*TINY, "--max-update", "900", "--lr", "0.5"], seed=5)
@@ -128,10 +128,10 @@ def test_a_checkpoint_of_another_run_is_refused_by_its_contents(checkpoints, tmp
     # another model setting is another model
     model, args, _ = build_model("transformer_relpos", [*TINY, "--dropout", "0.3"], seed=5)
     save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
-    with pytest.raises(SystemExit, match="checkpoint_2_400.pt is not of the same run .*dropout 0.1 vs 0.3"):
+    with pytest.raises(Refusal, match="checkpoint_2_400.pt is not of the same run .*dropout 0.1 vs 0.3"):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
     # the same checkpoint twice
-    with pytest.raises(SystemExit, match="are the same update \\(300\\)"):
+    with pytest.raises(Refusal, match="are the same update \\(300\\)"):
         average_checkpoints.main(["--inputs", str(paths[2]), str(tmp_path / "checkpoint_last.pt"),
                                   "--output", str(tmp_path / "a.pt")])
     # another dictionary: the embedding tables differ in size
@@ -139,7 +139,7 @@ def test_a_checkpoint_of_another_run_is_refused_by_its_contents(checkpoints, tmp
 
     model, args, _ = build_model("transformer_relpos", TINY, dictionary=make_dictionary(60))
     save(tmp_path / "checkpoint_2_400.pt", model, args, 400)
-    with pytest.raises(SystemExit, match="checkpoint_2_400.pt is not of the same model .*embed_tokens.weight is "
+    with pytest.raises(Refusal, match="checkpoint_2_400.pt is not of the same model .*embed_tokens.weight is "
                                          "\\(64, 32\\), not \\(54, 32\\)"):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(tmp_path / "a.pt")])
     assert not (tmp_path / "a.pt").exists()
@@ -149,7 +149,7 @@ def test_a_damaged_checkpoint_is_named(checkpoints, tmp_path):
     _, paths, _ = checkpoints
     damaged = tmp_path / "checkpoint_1_400.pt"
     damaged.write_bytes(paths[-1].read_bytes()[:5000])  # a copy killed midway
-    with pytest.raises(SystemExit, match=f"cannot read {damaged} \\(damaged or not a checkpoint"):
+    with pytest.raises(Refusal, match=f"cannot read {damaged} \\(damaged or not a checkpoint"):
         average_checkpoints.average([*paths[:2], damaged])
 
 
@@ -168,7 +168,7 @@ def test_every_option_changes_the_average_or_is_refused(checkpoints, tmp_path, c
         out = tmp_path / "walk" / f"{next(runs)}.pt"
         if "--force" in extra:  # what --force is for: an --output of its own that is there already
             out.parent.mkdir(exist_ok=True)
-            write_whole(out, b"older", "average_checkpoints")
+            write_file(out, b"older", "average_checkpoints")
         argv = ["--dir", tmp_path, "--last", "2", "--output", out, *extra]
         if "--output" in extra or "--list" in extra:
             argv = argv[:4] + argv[6:]
@@ -208,6 +208,6 @@ def test_checkpoints_saved_before_a_flag_existed_average_with_those_after(tmp_pa
     newest = _torch.load(tmp_path / "checkpoint_1_300.pt", weights_only=False)
     newest["cfg"]["model"].relpos_tables = "shared"
     _torch.save(newest, tmp_path / "checkpoint_1_300.pt")
-    with pytest.raises(SystemExit, match="is not of the same run .*relpos_tables (None vs shared|shared vs None)"):
+    with pytest.raises(Refusal, match="is not of the same run .*relpos_tables (None vs shared|shared vs None)"):
         average_checkpoints.main(["--dir", str(tmp_path), "--last", "3", "--output", str(out)])
     assert not out.exists()

@@ -134,17 +134,17 @@ def test_on_a_gpu_each_model_meets_the_batch_before_it_is_timed(untimed_first, r
 def test_cuda_without_cuda_is_refused_in_one_line(mode, tmp_path):
     done = (run if mode == "train" else refused)("--mode", mode, "--device", "cuda", "--out", tmp_path / "t.md")
     assert done.returncode == 2, done.stderr[-2000:]
-    assert last_line(done.stderr) == ("benchmark: error: --device cuda: no CUDA device here "
+    assert last_line(done.stderr) == ("[benchmark] error: --device cuda: no CUDA device here "
                                       "(torch.cuda.is_available() is False); use --device cpu")
     assert "Traceback" not in done.stderr and not (tmp_path / "t.md").exists()
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--lengths-from", "/no/such/prefix"], "benchmark: error: --lengths-from: no length source at /no/such/prefix.en"),
-    (["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
-    (["--precision", "fp8"], "argument --precision: invalid choice: 'fp8'"),
-    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
-    (["--table1", "--all"], "argument --all: not allowed with argument --table1"),
+    (["--lengths-from", "/no/such/prefix"], "[benchmark] error: --lengths-from: no length source at /no/such/prefix.en"),
+    (["--rounds", "0"], "--rounds must be at least 1, got 0"),
+    (["--precision", "fp8"], "--precision must be fp32, fp16 or bf16, got 'fp8'"),
+    (["--device", "tpu"], "--device must be cpu or cuda, got 'tpu'"),
+    (["--table1", "--all"], "--all: not allowed with argument --table1"),
 ])
 def test_bad_options_are_refused_before_any_work(options, message):
     done = refused(*options)
@@ -157,7 +157,7 @@ def test_too_few_batches_for_the_rounds_are_refused():
     done = run("--lengths-from", shared_corpus("wmt14_en_de") / "newstest2014", "--model-flags", TINY_FLAGS,
                "--vocab", "100", "--max-tokens", "4096", "--rounds", "5000")
     assert done.returncode == 2
-    assert re.fullmatch(r"benchmark: error: --rounds/--warmup: 5001 batches needed, .* gives \d+",
+    assert re.fullmatch(r"\[benchmark\] error: --rounds/--warmup: 5001 batches needed, .* gives \d+",
                         last_line(done.stderr)), done.stderr[-2000:]
 
 

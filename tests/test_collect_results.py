@@ -6,6 +6,7 @@ import json
 import pytest
 
 from fairseq_csan.recipes import collect_results as collect
+from fairseq_csan.recipes.runner import Refusal
 from recipe_helpers import run
 
 
@@ -50,7 +51,7 @@ def test_collect_results_table(tmp_path):
     sacre = collect.table(collect.load(runs), "sacrebleu")
     assert "| 26.31 |" in sacre and "sacreBLEU signature: nrefs:1" in sacre
     duplicate = _result(tmp_path / "d", "+ CSANs", "wmt14_en_de", 1.0)
-    with pytest.raises(SystemExit, match="two runs named"):
+    with pytest.raises(Refusal, match="two runs named"):
         collect.table(collect.load(runs + [duplicate]))
 
 

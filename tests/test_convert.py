@@ -159,7 +159,7 @@ def test_refusals_name_the_problem_and_change_nothing(source, tree, tmp_path, ca
         assert refusal and message in refusal, (argv, refusal)
         assert not (tmp_path / "out").exists()
     for out, message in ((folder, "--out"), (folder / "inside", "--out"), (folder.parent, "--model"),
-                         (user, "is not a model folder that convert wrote")):
+                         (user, "is not a model folder that export or convert wrote")):
         refusal = refusal_of(command.main, ["--model", folder, "--arch", "transformer_csan1d", "--out", out], capsys)
         assert refusal and message in refusal, (out, refusal)
     assert [p.name for p in user.iterdir()] == ["notes.txt"] and not (folder / "inside").exists()

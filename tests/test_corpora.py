@@ -1,6 +1,6 @@
 """fairseq_csan.recipes.corpora: each task's corpora gathered in order from plain text, SGM and
 ASPEC files, from an archive fetched through a URL and extracted; the missing file and its
-source named; misaligned corpora refused; finished outputs kept."""
+source named; misaligned corpora refused. (prepare's gather step writes them: test_prepare.)"""
 
 import tarfile
 
@@ -8,7 +8,16 @@ import pytest
 
 from conftest import REPO
 from fairseq_csan.recipes import corpora
+from fairseq_csan.recipes.runner import Refusal
 from recipe_helpers import lines, run, write, write_sgm
+
+
+def gather(task, raw, out):
+    """Every split of ``task``, as prepare's gather step writes them."""
+    out.mkdir(parents=True, exist_ok=True)
+    for split in corpora.TASKS[task].splits:
+        located = corpora.locate_split(task, split, raw, allow_download=False)
+        corpora.write_split(task, split, located, {lang: out / f"{split}.{lang}" for lang in ("en", "de")})
 
 
 def test_sgm_and_aspec_readers(tmp_path):
@@ -18,7 +27,7 @@ def test_sgm_and_aspec_readers(tmp_path):
     assert corpora.read_side(tmp_path / "train-1.txt", 3) == ["日本 語", "文"]
     assert corpora.read_side(tmp_path / "train-1.txt", 4) == ["Japanese", "A sentence"]
     write(tmp_path / "bad.txt", ["D1 ||| 1 ||| only three"])
-    with pytest.raises(corpora.Missing, match="bad.txt:1: expected at least 4"):
+    with pytest.raises(Refusal, match="bad.txt:1: expected at least 4"):
         corpora.read_side(tmp_path / "bad.txt", 3)
 
 
@@ -40,7 +49,7 @@ def _wmt14_raw(raw, n=6):
 
 def test_gather_concatenates_corpora_in_order_and_reads_sgm(tmp_path):
     en, de = _wmt14_raw(tmp_path / "raw")
-    corpora.gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out", allow_download=False)
+    gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out")
     assert lines(tmp_path / "out/train.en") == en
     assert lines(tmp_path / "out/train.de") == de
     assert lines(tmp_path / "out/valid.de") == ["dev de"]
@@ -49,33 +58,22 @@ def test_gather_concatenates_corpora_in_order_and_reads_sgm(tmp_path):
         "test.de", "test.en", "train.de", "train.en", "valid.de", "valid.en"]
 
 
-def test_gather_keeps_existing_outputs_unless_forced(tmp_path):
-    _wmt14_raw(tmp_path / "raw")
-    write(tmp_path / "out/train.en", ["kept"])
-    write(tmp_path / "out/train.de", ["behalten"])
-    corpora.gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out", allow_download=False)
-    assert lines(tmp_path / "out/train.en") == ["kept"]
-    corpora.gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out", allow_download=False, force=True)
-    assert len(lines(tmp_path / "out/train.en")) == 6
-
-
 def test_missing_corpus_names_the_file_and_where_to_get_it(tmp_path):
     _wmt14_raw(tmp_path / "raw")
     (tmp_path / "raw/commoncrawl.de-en.de").unlink()
-    with pytest.raises(corpora.Missing) as error:
-        corpora.gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out", allow_download=False)
+    with pytest.raises(Refusal) as error:
+        gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out")
     message = str(error.value)
     assert "Common Crawl" in message and str(tmp_path / "raw/commoncrawl.de-en.de") in message
     assert "https://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz" in message
-    # nothing half-written is left behind
-    assert not list((tmp_path / "out").glob("train.*"))
+    assert not list((tmp_path / "out").glob("train.*"))  # found missing before anything is written
 
 
 def test_misaligned_corpus_is_refused(tmp_path):
     _wmt14_raw(tmp_path / "raw")
     write(tmp_path / "raw/commoncrawl.de-en.de", ["only one"])
-    with pytest.raises(corpora.Missing, match="not line-aligned: .*2 segments.*1"):
-        corpora.gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out", allow_download=False)
+    with pytest.raises(Refusal, match="not line-aligned: .*2 segments.*1"):
+        gather("wmt14_en_de", tmp_path / "raw", tmp_path / "out")
 
 
 def test_archive_is_downloaded_and_extracted(tmp_path):
@@ -90,7 +88,7 @@ def test_archive_is_downloaded_and_extracted(tmp_path):
     corpus = corpora.TASKS["wmt14_en_de"].splits["train"][2]
     remote = corpora.Corpus(corpus.name, corpus.layouts, corpus.archive, archive.as_uri())
     raw = tmp_path / "raw"
-    with pytest.raises(corpora.Missing, match="run without --no-download"):
+    with pytest.raises(Refusal, match="run without --no-download"):
         corpora.locate("t", remote, raw, ("en", "de"), allow_download=False)
     [found] = corpora.locate("t", remote, raw, ("en", "de"), allow_download=True)
     assert (raw / corpus.archive).is_file()
@@ -99,7 +97,7 @@ def test_archive_is_downloaded_and_extracted(tmp_path):
 
 def test_failed_download_says_what_to_do(tmp_path):
     corpus = corpora.Corpus("X", [{"en": "x.en", "de": "x.de"}], "x.tgz", (tmp_path / "absent.tgz").as_uri())
-    with pytest.raises(corpora.Missing) as error:
+    with pytest.raises(Refusal) as error:
         corpora.locate("t", corpus, tmp_path / "raw", ("en", "de"), allow_download=True)
     assert "download of" in str(error.value) and str(tmp_path / "raw/x.tgz") in str(error.value)
     assert not (tmp_path / "raw/x.tgz.part").exists()
@@ -114,7 +112,7 @@ def test_cwmt_folder_pairs_and_orphans(tmp_path):
     found = corpora.locate("t", corpus, tmp_path, ("zh", "en"), allow_download=False)
     assert [f["en"].name for f in found] == ["a.en", "b.en"]
     write(tmp_path / "cwmt/c.zh", ["丙"])
-    with pytest.raises(corpora.Missing, match="c.zh has no partner"):
+    with pytest.raises(Refusal, match="c.zh has no partner"):
         corpora.locate("t", corpus, tmp_path, ("zh", "en"), allow_download=False)
 
 
@@ -125,7 +123,7 @@ def test_aspec_missing_message_points_to_the_licence():
 
 
 def test_list_names_every_corpus():
-    listing = run(["python", "-m", "fairseq_csan.recipes.corpora", "wmt17_zh_en", "--list"]).stdout
+    listing = run(["python", "-m", "fairseq_csan.recipes.prepare", "wmt17_zh_en", "--list"]).stdout
     for name in ("News Commentary v12", "UN Parallel Corpus v1.0", "CWMT", "newsdev2017", "newstest2017"):
         assert name in listing
 

@@ -343,11 +343,11 @@ def test_update_freq_keeps_8_x_4096_tokens_per_update(fake_data):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--cpu-processes", "0"], "--cpu-processes must be 1 or more"),
+    (["--cpu-processes", "0"], "--cpu-processes must be a whole number of 1 or more"),
     (["--cpu-processes", "2", "--gpus", "2"], "--cpu-processes and --gpus exclude each other"),
     (["--cpu-processes", "2", "--precision", "fp16"], "--precision fp16 needs a GPU; --cpu-processes takes"),
     (["--cpu-processes", "2", "--launcher", "slurm"], "--launcher slurm counts GPUs"),
-    (["--nodes", "0"], "--nodes must be 1 or more"),
+    (["--nodes", "0"], "--nodes must be a whole number of 1 or more"),
     (["--nodes", "two"], "--nodes must be a whole number"),
     (["--launcher", "mpirun"], "--launcher must be torchrun or slurm, got 'mpirun'"),
     (["--nodes", "2"], "--nodes 2 with torchrun needs --node-rank (0 to 1) and --master-addr"),

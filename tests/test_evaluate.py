@@ -156,13 +156,15 @@ def test_decode_runs_fairseq_generate_its_hypotheses_apart_from_its_log(tree, tm
     evaluate.decode(reports, gen, log, 1, 5, threads=3)
     assert gen.read_text(encoding="utf-8") == "H-0\t0\t3\n" and "$ OMP_NUM_THREADS=3 " in capsys.readouterr().err
 
-    for broken, why in (([*command[:6], str(tmp_path / "missing.pt"), *command[7:]], "missing.pt"),
+    from fairseq_csan.recipes.runner import Failed
+
+    for broken, why in (([*command[:5], str(tmp_path / "missing.pt"), *command[6:]], "missing.pt"),
                         ([*command, "--beam", "four"], "exit status 2")):
-        with pytest.raises(SystemExit) as stop:
+        with pytest.raises(Failed) as failed:
             evaluate.decode(broken, gen, log, N_TEST, 5)
-        assert stop.value.code == 2
-        err = capsys.readouterr().err
-        assert "error: fairseq-generate failed (" in err and why in err and f"its log: {log}" in err
+        said, err = str(failed.value), capsys.readouterr().err
+        assert said.startswith("fairseq-generate ended with exit status ") and why in said + err
+        assert said.endswith("(the end of its log is above)")
         assert log.read_text(encoding="utf-8").strip().splitlines()[-1] in err  # the end of its log
 
 
@@ -256,7 +258,7 @@ def test_every_option_changes_the_evaluation_or_is_refused(ende, tree, tmp_path,
             monkeypatch.setattr(evaluate, "make", make)
             monkeypatch.setattr(evaluate, "decode", lambda command, gen, log, total, every, threads:
                                 record.append(("fairseq-generate", command, total, every, threads)))
-            monkeypatch.setattr(score, "main", lambda argv: record.append(("score", argv)))
+            monkeypatch.setattr(score, "score", lambda *args, **kwargs: record.append(("score", args, kwargs)))
             refused = refusal_of(evaluate.main, ["--data", tree / "task", "--out", out, *base, *extra], capsys)
             return repr(record).replace(str(out), "OUT"), refused
         return plan

@@ -25,14 +25,14 @@ def test_refusals_name_the_problem(tmp_path):
     checkpoint.write_bytes(b"x")
     for args, message in (
         (["--data", tmp_path / "nowhere", "--checkpoint", checkpoint], "is not a prepared task folder"),
-        (["--data", task, "--checkpoint", tmp_path / "none.pt"], "no checkpoint"),
+        (["--data", task, "--checkpoint", tmp_path / "none.pt"], "none.pt: no such file"),
         (["--data", task, "--checkpoint", checkpoint], "no BPE codes"),
     ):
         done = export(*args, "--out", tmp_path / "model")
         assert done.returncode == 2 and message in done.stderr, done.stderr
     write(task / "bpe/codes", ["#version: 0.2", "a b"])
     done = export("--data", task, "--checkpoint", checkpoint, "--out", task / "model")
-    assert done.returncode == 2 and "is inside the task folder" in done.stderr
+    assert done.returncode == 2 and "lies inside --data" in done.stderr
     done = export("--data", task, "--checkpoint", checkpoint, "--out", tmp_path / "model")
     assert done.returncode == 2 and f"cannot read the checkpoint {checkpoint}" in done.stderr
     assert not (tmp_path / "model").exists() and not list(tmp_path.glob(".model*"))
@@ -88,7 +88,7 @@ def test_exported_folder_translates_as_evaluate(tiny_task, tmp_path):
     codes = (folder / "bpecodes").read_bytes()
     (folder / "bpecodes").write_bytes(codes + b"my own merge\n")
     done = recipe_main("export", "--data", task, "--checkpoint", other, "--out", folder, "--force")
-    assert done.returncode == 2 and f"it holds {folder / 'bpecodes'}, which export did not write" in done.stderr
+    assert done.returncode == 2 and f"it holds {folder / 'bpecodes'}, which they did not write" in done.stderr
     assert (folder / "model.pt").read_bytes() == before
     (folder / "bpecodes").write_bytes(codes)
     done = recipe_main("export", "--data", task, "--checkpoint", other, "--out", folder, "--force")

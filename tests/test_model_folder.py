@@ -80,7 +80,7 @@ def test_a_damaged_model_folder_is_named_not_translated(tree, tmp_path, monkeypa
         assert type(error).__name__ == "DamagedModelFolder" and f"model folder {folder}: {name} {message}" in str(error)
         out = tmp_path / f"{folder.name}.de"
         done = translate(folder, source, out)
-        assert done.returncode != 0 and f"translate: model folder {folder}: {name} {message}" in done.stderr
+        assert done.returncode != 0 and f"[translate] error: model folder {folder}: {name} {message}" in done.stderr
         assert "Traceback" not in done.stderr and not out.exists()
         if name != "bpecodes" or folder == cut:  # fairseq's own tools: the folder is checked as the model loads
             done = interactive(folder, source_two)

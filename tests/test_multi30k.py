@@ -10,10 +10,14 @@ import sys
 
 import numpy as np
 import pytest
+
+from fairseq_csan.recipes.runner import Failed, Refusal
+from fairseq_csan.recipes.runner.children import _RUNNING as RUNNING
 from sacrebleu.metrics import BLEU
 
 from conftest import shared_corpus
 from recipe_helpers import lines, recipe_main, write
+
 
 def load():
     from fairseq_csan.recipes import multi30k
@@ -89,13 +93,14 @@ def test_seed_pooled_bootstrap_against_a_brute_force_reference():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--systems", "transformer,lstm"], "--systems: unknown lstm"),
-    (["--systems", "transformer,csan2d,transformer"], "--systems lists transformer twice"),
-    (["--windows", "3,4"], "positive odd numbers, got 4"),
-    (["--heads", "5"], "at most 3"),
-    (["--seeds", ""], "--seeds: give at least one seed"),
+    (["--systems", "transformer,lstm"], "--systems: each item must be one of transformer, csan1d, csan2d, ctxaware, "
+                                        "csan2d_ctxaware, got 'lstm'"),
+    (["--systems", "transformer,csan2d,transformer"], "--systems: lists transformer more than once"),
+    (["--windows", "3,4"], "each item must be a positive odd number, got '4'"),
+    (["--heads", "5"], "--heads: each item must be one of 1, 3, got '5'"),
+    (["--seeds", ""], "--systems and --seeds: give at least one of each"),
     (["--seeds", "1,x"], "comma-separated whole numbers"),
-    (["--max-update", "0"], "--max-update must be a positive whole number"),
+    (["--max-update", "0"], "--max-update must be a whole number of 1 or more"),
 ])
 def test_bad_settings_are_refused_before_any_work(tmp_path, args, message):
     from recipe_helpers import in_process
@@ -176,7 +181,7 @@ def test_a_second_reproduction_into_one_out_is_refused(tmp_path):
     holder = hold_lock(out, True)
     try:
         done = recipe_main("multi30k", "--raw-dir", shared_corpus("multi30k_en_de"), "--out", out)
-        assert done.returncode != 0 and f"multi30k: {out} is being written by a test writer (pid {holder.pid}" \
+        assert done.returncode != 0 and f"[multi30k] error: {out} is being written by a test writer (pid {holder.pid}" \
             in done.stderr
         assert sorted(p.name for p in out.iterdir()) == [".lock"]
     finally:
@@ -199,12 +204,12 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
     (out / "settings.json").write_text(json.dumps({"raw_dir": "/elsewhere"}))
     from fairseq_csan.recipes import multi30k as module
 
-    with pytest.raises(SystemExit, match="data preparation failed"):
+    with pytest.raises(Failed, match="prepare ended with exit status 2"):
         module.main(["--raw-dir", str(raw), "--out", str(out)])
     assert json.loads((out / "settings.json").read_text())["raw_dir"] == str(raw.resolve())
     # with a run in it, other settings are still refused
     (out / "runs" / "transformer" / "seed1").mkdir(parents=True)
-    with pytest.raises(SystemExit, match="holds runs with other settings"):
+    with pytest.raises(Refusal, match="holds runs with other settings"):
         module.main(["--raw-dir", str(raw), "--out", str(out), "--max-update", "7"])
 
 
@@ -227,7 +232,7 @@ def test_a_run_is_kept_while_its_evaluation_is_finished_and_of_the_task_as_it_is
         (folder / "eval").mkdir(parents=True)
         EVALUATION.write(folder / "eval", {"made_from": made_from(binary)})
         assert not kept(folder, binary, "the run")  # no results.json yet: the evaluation did not finish
-        make(Step(folder / "eval" / ".steps", "decode", [binary / "test.en-de.de.bin"], [folder / "eval" / "gen"]),
+        make(Step(folder / "eval", "decode", [binary / "test.en-de.de.bin"], [folder / "eval" / "gen"]),
              lambda temps: temps[0].write_text("hypotheses"))
         (folder / "eval" / "results.json").write_text("{}")
         assert kept(folder, binary, "the run")
@@ -257,7 +262,7 @@ def test_the_settings_of_an_earlier_version_are_other_settings(tmp_path, monkeyp
             write(raw / f"{split}.{lang}", ["a"])
     (out / "runs" / "transformer" / "seed1").mkdir(parents=True)
     (out / "settings.json").write_text(json.dumps({"raw_dir": str(raw.resolve()), "jobs": 2}))
-    with pytest.raises(SystemExit, match="holds runs with other settings"):
+    with pytest.raises(Refusal, match="holds runs with other settings"):
         module.main(["--raw-dir", str(raw), "--out", str(out)])
 
 
@@ -275,7 +280,7 @@ def test_a_failed_run_ends_the_reproduction_and_stops_the_others(tmp_path, monke
         started.append(system)
         if system == "bad":
             time.sleep(0.5)  # the slow run has started its child by now
-            raise m30k.Failed("bad seed 1: fairseq-train ... failed")
+            raise Failed("bad seed 1: fairseq-train ... failed")
         m30k.call(["sleep", "60"], tmp_path / f"{system}.log", env)  # stopped by the failure
         children.append(system)
         return tmp_path, None
@@ -283,11 +288,11 @@ def test_a_failed_run_ends_the_reproduction_and_stops_the_others(tmp_path, monke
     monkeypatch.setattr(m30k, "main_run", main_run)
     args = SimpleNamespace(seeds=[1], systems=["slow", "bad", "waiting"], windows=[], heads=[], jobs=2, max_update=2)
     began = time.monotonic()
-    with pytest.raises(SystemExit, match="bad seed 1: fairseq-train ... failed"):
+    with pytest.raises(Failed, match="bad seed 1: fairseq-train ... failed"):
         m30k.run_all(args, None)
     assert time.monotonic() - began < 30  # not the 60 s of the slow run's child
     # (the waiting run may have been taken up by the failed run's thread just before the stop)
-    assert set(started[:2]) == {"slow", "bad"} and not children and not m30k.RUNNING
+    assert set(started[:2]) == {"slow", "bad"} and not children and not RUNNING
 
 
 def test_an_out_holding_files_the_reproduction_did_not_write_is_refused(tmp_path):

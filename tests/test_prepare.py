@@ -92,9 +92,14 @@ def test_a_missing_side_is_named(tmp_path):
 
 def outputs(out):
     """The content of every output (the steps' records, the tool versions and fairseq's own log,
-    which carries times, aside)."""
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and ".steps" not in p.parts and p.name not in ("tools.txt", "preprocess.log")}
+    which carries times, aside), and of each folder's record of what prepare wrote (those aside)."""
+    aside = ("tools.txt", "preprocess.log")
+    found = {}
+    for p in sorted(out.rglob("*")):
+        if p.is_file() and ".steps" not in p.parts and p.name not in aside:
+            found[p.relative_to(out).as_posix()] = p.read_bytes() if p.name != ".written.json" else {
+                name: entry for name, entry in json.loads(p.read_text())["files"].items() if name not in aside}
+    return found
 
 
 @pytest.mark.parametrize("whom", ["group", "parent"])
@@ -171,8 +176,8 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende, tmp_path):
 
     assert all(line.endswith("up to date; would be skipped") for line in dry_run())
     again = prepare_task("wmt14_en_de", raw, out)
-    steps = [line for line in again.stderr.splitlines() if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line)]
-    assert {line.split()[2] for line in steps} == {"1/6", "2/6", "3/6", "4/6", "5/6", "6/6"}
+    steps = [line for line in again.stderr.splitlines() if re.match(r"\[prepare\] \d/6 ", line)]
+    assert {line.split()[1] for line in steps} == {"1/6", "2/6", "3/6", "4/6", "5/6", "6/6"}
     assert all(line.endswith("skipped") for line in steps)
     assert "learn 400" not in again.stderr and "fairseq-preprocess" not in again.stderr
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
@@ -192,7 +197,7 @@ def test_ende_rerun_skips_every_step_and_keeps_outputs(ende, tmp_path):
                                             "5/6 apply BPE to test.de", "6/6 binarise with fairseq-preprocess")]], planned
         again = prepare_task("wmt14_en_de", raw, out)
         redone = [line.split("] ")[1].split(" (")[0] for line in again.stderr.splitlines()
-                  if re.match(r"\[prepare wmt14_en_de\] \d/6 ", line) and not line.endswith("skipped")]
+                  if re.match(r"\[prepare\] \d/6 ", line) and not line.endswith("skipped")]
         assert redone == ["1/6 gather test from " + str(raw), "2/6 tokenise test.de", "5/6 apply BPE to test.de",
                           "6/6 binarise with fairseq-preprocess"], again.stderr
         assert f"input {sgm} changed since the last run" in again.stderr
@@ -245,7 +250,8 @@ def test_the_commands_shown_in_prepare_sh_are_what_it_runs(ende):
     header = (REPO / "examples/wmt14_en_de/prepare.sh").read_text(encoding="utf-8").split("\nset -euo pipefail")[0]
     steps = {line[4:6]: line[7:] for line in re.sub(r"\s*\\\n#\s*", " ", header).splitlines() if line.startswith("#   ")}
     out = ende["out"]
-    ran = [line.split("$ ", 1)[1] for line in ende["first"].stderr.splitlines() if "  $ " in line]
+    ran = [re.sub(r"/\.([^/\s]+)\.\d+-[0-9a-f]+\.tmp", r"/\1.tmp", line.split("$ ", 1)[1])  # (the temporaries' names)
+           for line in ende["first"].stderr.splitlines() if "  $ " in line]
     learn = (steps["4."].replace("tok/", f"{out}/tok/").replace("-s 32000", "-s 400 --verbose")
              .replace("> bpe/codes", f"> {out}/bpe/codes.tmp"))
     binarise = (steps["6."].replace("bpe/", f"{out}/bpe/").replace("--destdir data-bin", f"--destdir {out}/data-bin.tmp")

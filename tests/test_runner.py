@@ -1,11 +1,10 @@
-"""fairseq_csan/recipes/runner.py and the commands that go through it: an output never
-overlaps an input, one writer per output, only what a command wrote is replaced (each case of
-the user's files that a command once deleted or mixed up, as its user would meet it; and a
-property test: no command, refused under any of these flags or run to the end, changes a file
-it did not write); the records; the step stamps; the child processes and the signals passed on to
+"""fairseq_csan/recipes/runner/ and the commands that go through it: the one failure path, an
+output never overlaps an input, one writer per output, only what a command wrote is replaced (each
+case of the user's files that a command once deleted or mixed up, as its user would meet it; and a
+property test: no command, refused under any of these flags or run to the end, changes a file it
+did not write); the records; the step stamps; the child processes and the signals passed on to
 them."""
 
-import dataclasses
 import errno
 import io
 import json
@@ -26,48 +25,84 @@ from recipe_helpers import hold_lock, lines, recipe_main, run, write
 from fairseq_csan.recipes import runner
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
 from fairseq_csan.recipes.evaluate import OUTPUTS
-from fairseq_csan.recipes.runner import (EVALUATION, KINDS, REPRODUCTION, RUN, SWEEP, TASK, Damaged, Earlier, Kind, Refusal,
-                                         WriterLock, foreign_files, overlap, refuse_overlaps)
+from fairseq_csan.recipes.runner import (EVALUATION, EXPORT, REPRODUCTION, RESULTS, RUN, SWEEP, TASK, Damaged, Failed, Kind,
+                                         Refusal, WriterLock, check_owned, refuse_overlaps, write_file)
+from fairseq_csan.recipes.runner.records import TYPES, theirs
 
 
 # ---------------------------------------------------------------- the rules, on their own
 
-def test_overlap_names_how_an_output_meets_an_input(tmp_path):
+def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(tmp_path):
     a = tmp_path / "a"
-    assert overlap(a, a) == "is"
-    assert overlap(a, a / "x.pt") == "holds"
-    assert overlap(a / "out", a) == "lies inside"
-    assert overlap(tmp_path / "b", a) is None
+    for output, input_, how in ((a, a, "is"), (a, a / "x.pt", "holds"), (a / "out", a, "lies inside")):
+        with pytest.raises(Refusal, match=f"^--out {output} {how} --in {input_}, which this command reads"):
+            refuse_overlaps({"--out": output}, {"--in": input_, "--other": None})
+    refuse_overlaps({"--out": tmp_path / "b"}, {"--in": a})
     (tmp_path / "real").mkdir()
     os.symlink(tmp_path / "real", tmp_path / "link")
-    assert overlap(tmp_path / "link" / "f", tmp_path / "real" / "f") == "is"  # through a link too
-    with pytest.raises(Refusal, match=f"--out {a} holds --checkpoint {a / 'x.pt'}, which this command reads"):
-        refuse_overlaps({"--out": a}, {"--data": tmp_path / "task", "--checkpoint": a / "x.pt", "--other": None})
+    with pytest.raises(Refusal, match="is --in"):  # through a link too
+        refuse_overlaps({"--out": tmp_path / "link" / "f"}, {"--in": tmp_path / "real" / "f"})
 
 
-def test_foreign_files_are_what_the_command_did_not_write(tmp_path):
-    write(tmp_path / "raw/train.en", ["a"])
-    write(tmp_path / "raw/train.en.tmp", ["half"])  # the temporary of an owned file is owned
-    write(tmp_path / "raw/.train.en.4242.tmp", ["half"])  # write_atomically's, left by a kill
-    write(tmp_path / "raw/.notes.txt.4242.tmp", ["half"])
-    write(tmp_path / "raw/.train.en.4242", ["a user's"])  # not a temporary: not owned
+def test_the_one_failure_path_gives_each_ending_its_status_and_one_line(capsys):
+    """as_command: done 0, a refusal 2, a failure 1, a fault of the machine 1, an interruption 130,
+    each in one line prefixed with the command's name; another status a command gives on purpose
+    (gpu_check's 3) stays."""
+    def ending(what):
+        def main(argv):
+            if what is not None:
+                raise what
+        return main
+
+    for raised, status, said in ((None, 0, None), (Refusal("no such --data x"), 2, "error: no such --data x"),
+                                 (Failed("a child ended with exit status 3"), 1, "error: a child ended with"),
+                                 (OSError(errno.ENOSPC, "No space left on device", "out.txt"), 1,
+                                  "error: out.txt: No space left on device; free space on its disk"),
+                                 (KeyboardInterrupt(), 130, "interrupted"), (SystemExit(3), 3, None)):
+        with pytest.raises(SystemExit) as stop:
+            runner.as_command(ending(raised), [])
+        err = capsys.readouterr().err
+        assert stop.value.code == status and (said is None or err.startswith(f"[test_runner] {said}")), (raised, err)
+        assert len(err.splitlines()) <= 1
+
+
+def test_what_the_kit_wrote_is_its_own_and_nothing_else(tmp_path):
+    """The record of what the kit wrote in a folder (.written.json): a file it names as a command's
+    is that command's while unchanged; a file of the user's, one changed since, or one of another
+    command's is refused, --force or not; one of its own is replaced with --force only (or freely,
+    force None); a step's output changed by hand is its own (redo)."""
+    write_file(tmp_path / "raw/train.en", "a\n", "prepare")
     write(tmp_path / "raw/notes.txt", ["mine"])
-    write(tmp_path / "data-bin/dict.en.txt", ["a 1"])
+    write_file(tmp_path / "raw/x.txt", "x\n", "translate")
     (tmp_path / ".lock").write_text("")
-    owned = [tmp_path / "raw/train.en", tmp_path / "data-bin"]
-    assert foreign_files(tmp_path, owned) == [tmp_path / "raw/.notes.txt.4242.tmp", tmp_path / "raw/.train.en.4242",
-                                              tmp_path / "raw/notes.txt"]
+    assert theirs([tmp_path / "raw"], "prepare") == [tmp_path / "raw/notes.txt", tmp_path / "raw/x.txt"]
+    assert theirs([tmp_path / "raw"], ("prepare", "translate")) == [tmp_path / "raw/notes.txt"]
+    assert theirs([tmp_path], "prepare", changed=True) == [tmp_path / "raw/notes.txt", tmp_path / "raw/x.txt"]
+    check_owned([tmp_path / "raw/train.en"], "prepare", None, "--out")
+    check_owned([tmp_path / "raw/train.en"], "prepare", True, "--out")
+    with pytest.raises(Refusal, match=f"^--out {tmp_path / 'raw/train.en'} exists \\(an earlier output of prepare\\): "
+                                      "pass --force to replace it"):
+        check_owned([tmp_path / "raw/train.en"], "prepare", False, "--out")
+    for force in (None, False, True):
+        with pytest.raises(Refusal, match=f"^--out {tmp_path / 'raw/notes.txt'}, {tmp_path / 'raw/x.txt'}: prepare did "
+                                          "not write them"):
+            check_owned([tmp_path / "raw"], "prepare", force, "--out")
+    (tmp_path / "raw/train.en").write_text("changed by hand\n")
+    with pytest.raises(Refusal, match="did not write it \\(or it changed since\\)"):
+        check_owned([tmp_path / "raw/train.en"], "prepare", True, "--out")
+    check_owned([tmp_path / "raw/train.en"], "prepare", None, "--out", redo=True)
 
 
 def _write_often(path, text, times):
     for _ in range(times):
-        runner.write_atomically(path, text)
+        write_file(path, text, "train")
 
 
-def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
+def test_writing_whole_when_two_processes_write_one_file_at_once(tmp_path):
     """The machines of a multi-node training each write its run.json into one save folder: with
     one shared temporary name, one machine's rename found the other's already gone and it
-    stopped, leaving the other waiting for it. Each writer's whole file lands; none is lost."""
+    stopped, leaving the other waiting for it. Each writer's whole file lands; none is lost; the
+    folder's record of what the kit wrote holds the last."""
     import multiprocessing
 
     target = tmp_path / "run.json"
@@ -80,8 +115,9 @@ def test_write_atomically_when_two_processes_write_one_file_at_once(tmp_path):
         w.join(60)
     assert [w.exitcode for w in writers] == [0, 0]
     assert target.read_text() in texts
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no temporary left
-    runner.write_atomically(target, b"bytes\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".written.json", "run.json"]  # no temporary left
+    assert not theirs([target], "train", changed=True)
+    write_file(target, b"bytes\n", "train")
     assert target.read_bytes() == b"bytes\n"
 
 
@@ -89,7 +125,7 @@ def test_replace_folder_puts_a_whole_folder_in_place_or_leaves_the_old_one(tmp_p
     """A folder is written whole beside its place, then renamed in: 'written', 'unchanged' for the
     same files, 'replaced' unless the caller refuses; a failure or a refusal leaves the folder
     as it was and no temporary; a kill between the swap's two renames (the old folder aside, the
-    new one not yet in) is undone by the next call."""
+    new one not yet in) is undone by the next call, where the folder aside is the kit's."""
     out = tmp_path / "model"
 
     def files(folder):
@@ -107,22 +143,28 @@ def test_replace_folder_puts_a_whole_folder_in_place_or_leaves_the_old_one(tmp_p
     def refused(_out):
         raise Refusal("not with this one")
 
-    assert runner.replace_folder(out, writer(a="1"), refused) == "written"
-    assert runner.replace_folder(out, writer(a="1"), refused) == "unchanged"
+    def ours(_old):
+        return True
+
+    assert runner.replace_folder(out, writer(a="1"), refused, ours) == "written"
+    assert runner.replace_folder(out, writer(a="1"), refused, ours) == "unchanged"
     with pytest.raises(Refusal, match="not with this one"):
-        runner.replace_folder(out, writer(a="2"), refused)
+        runner.replace_folder(out, writer(a="2"), refused, ours)
 
     def failing(folder):
         (folder / "a").write_text("half")
         raise OSError("full disk")
 
     with pytest.raises(OSError):
-        runner.replace_folder(out, failing, allowed)
+        runner.replace_folder(out, failing, allowed, ours)
     assert files(out) == {"a": "1"} and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
-    assert runner.replace_folder(out, writer(b="2"), allowed) == "replaced" and files(out) == {"b": "2"}
-    os.replace(out, tmp_path / ".model.old")  # killed after the first rename
-    assert runner.replace_folder(out, writer(b="2"), refused) == "unchanged" and files(out) == {"b": "2"}
+    assert runner.replace_folder(out, writer(b="2"), allowed, ours) == "replaced" and files(out) == {"b": "2"}
+    os.replace(out, tmp_path / ".model.4242-abcdef.old")  # killed after the first rename
+    assert runner.replace_folder(out, writer(b="2"), refused, ours) == "unchanged" and files(out) == {"b": "2"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    (tmp_path / ".model.mine.old").mkdir()  # a folder of the user's of such a name: not the kit's, never moved
+    runner.replace_folder(tmp_path / "other", writer(c="3"), allowed, lambda old: False)
+    assert (tmp_path / ".model.mine.old").is_dir()
 
 
 def test_a_second_writer_is_refused_naming_the_first(tmp_path):
@@ -145,7 +187,7 @@ def test_an_output_that_cannot_be_written_is_refused(tmp_path):
     with pytest.raises(Refusal, match="is a folder; give a file name"):
         runner.check_writable(tmp_path, "--output")
     (tmp_path / "file").write_text("")
-    with pytest.raises(Refusal, match="cannot make its folder"):
+    with pytest.raises(Refusal, match=f"cannot write in {tmp_path / 'file'}"):
         runner.check_writable(tmp_path / "file" / "out.txt", "--output")
 
 
@@ -176,13 +218,13 @@ def test_prepare_refuses_raw_files_where_it_writes(tmp_path):
     before = snapshot(tmp_path)
     done = prepare(raw, out)
     assert done.returncode == 2
-    assert f"error: --out {out}'s raw/ {out / 'raw'} is --raw-dir {raw}, which this command reads" in done.stderr
+    assert f"error: --out {out}'s raw/ {out / 'raw'} is or holds --raw-dir {raw}, which this command reads" in done.stderr
     assert snapshot(tmp_path) == before
     # the raw files in a folder inside one that prepare writes
     inner = multi30k_raw(out / "tok" / "mine")
     before = snapshot(tmp_path)
     done = prepare(inner, out)
-    assert done.returncode == 2 and f"--out {out}'s tok/ {out / 'tok'} holds --raw-dir {inner}" in done.stderr
+    assert done.returncode == 2 and f"--out {out}'s tok/ {out / 'tok'} is or holds --raw-dir {inner}" in done.stderr
     assert snapshot(tmp_path) == before
 
 
@@ -214,8 +256,8 @@ def test_prepare_force_keeps_others_files_one_writer_and_long_tokens(tmp_path):
         before = snapshot(tmp_path)
         for force in ([], ["--force"]):
             done = prepare(raw, out, *force)
-            assert done.returncode == 2 and f"holds files that prepare did not write, where it writes " \
-                f"({out / folder / 'my_notes.txt'})" in done.stderr
+            assert done.returncode == 2 and f"--out {out / folder / 'my_notes.txt'}: prepare did not write it" \
+                in done.stderr
             assert snapshot(tmp_path) == before
         (out / folder / "my_notes.txt").unlink()
     # a fresh --out holding another pipeline's data-bin and a tools.txt of the user's: refused, untouched
@@ -224,7 +266,7 @@ def test_prepare_force_keeps_others_files_one_writer_and_long_tokens(tmp_path):
     write(fresh / "tools.txt", ["mine"])
     before = snapshot(fresh)
     done = prepare(raw, fresh)
-    assert done.returncode == 2 and "holds files that prepare did not write, where it writes" in done.stderr
+    assert done.returncode == 2 and "prepare did not write them" in done.stderr
     assert str(fresh / "data-bin/dict.en.txt") in done.stderr and snapshot(fresh) == before
     codes = lines(out / "bpe/codes")
     redone = prepare(raw, out, "--force", check=True)
@@ -256,7 +298,7 @@ def test_no_refused_command_changes_a_file_it_did_not_write(tree):
         (recipe_main("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ck, "--force"),
          f"--out {ck} holds --checkpoint {ck / 'checkpoint_last.pt'}"),
         (recipe_main("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", ev, "--force"),
-         f"{ev} is not a model folder that export wrote (it holds "),
+         f"{ev} is not a model folder that export or convert wrote (it holds "),
         (recipe_main("export", "--data", task, "--checkpoint", ev / "averaged.pt", "--out", ev, "--force"),
          f"--out {ev} holds --checkpoint {ev / 'averaged.pt'}"),
         # an evaluation whose --out holds its own input
@@ -269,7 +311,7 @@ def test_no_refused_command_changes_a_file_it_did_not_write(tree):
         # conflicting selections and settings: usage errors
         (recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--checkpoint", ck / "checkpoint_last.pt",
                      "--last", "3", "--out", tree / "ev2", "--cpu"),
-         "--checkpoint FILE evaluates one checkpoint; --checkpoints DIR and"),
+         "(not --checkpoints and --checkpoint together)"),
         (recipe_main("evaluate", "--data", task, "--checkpoints", ck, "--out", tree / "ev2", "--cpu", "--fp16"),
          "--fp16 decodes on a GPU; leave out --cpu, or --fp16"),
         # averaging over its own input
@@ -292,8 +334,7 @@ def test_evaluate_refuses_an_out_of_others_files_and_a_second_writer(tree, tmp_p
     mine = tmp_path / "mine"
     write(mine / "results.json", ["{}"])
     done = evaluate("--data", task, "--checkpoints", ck, "--out", mine, "--last", "2", "--cpu")
-    assert done.returncode == 2 and f"{mine} holds files that evaluate did not write ({mine / 'results.json'})" \
-        in done.stderr
+    assert done.returncode == 2 and f"--out {mine / 'results.json'}: evaluate did not write it" in done.stderr
     assert lines(mine / "results.json") == ["{}"] and sorted(p.name for p in mine.iterdir()) == ["results.json"]
     busy = tmp_path / "busy"
     holder = hold_lock(busy, True)
@@ -340,7 +381,7 @@ def test_translate_checks_its_output_first_and_takes_one_writer(tree, tmp_path):
     started = time.time()
     done = kit("translate", "--model", model, "--input", source, "--output", folder, "--cpu")
     assert done.returncode == 2 and f"--output {folder} is a folder; give a file name" in done.stderr
-    assert "[translate]" not in done.stderr  # refused before loading or decoding anything
+    assert len(done.stderr.strip().splitlines()) == 1  # refused before loading or decoding anything
     out = tmp_path / "out.de"
     holder = hold_lock(out, False)
     try:
@@ -392,8 +433,9 @@ def test_an_output_that_cannot_be_a_folder_is_one_line(tmp_path):
 
 
 def test_the_toy_corpus_replaces_only_its_own_files(tmp_path):
-    """toy_corpus records what it wrote (toy_corpus.json): a rerun of other sizes replaces its
-    own files, a train.en of the user's there is refused and kept."""
+    """toy_corpus records what it wrote (the folder's record of what the kit wrote): a rerun of
+    other sizes replaces its own files, a val.de of the user's there is refused and kept, and so is
+    one of its own changed by hand since."""
     def toy(*args):
         return subprocess.run([sys.executable, "-m", "fairseq_csan.recipes.toy_corpus", tmp_path / "raw", *args],
                               capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -403,7 +445,7 @@ def test_the_toy_corpus_replaces_only_its_own_files(tmp_path):
     assert len(lines(tmp_path / "raw/train.en")) == 30
     write(tmp_path / "raw/val.de", ["mine"])
     done = toy("--train", "40", "--valid", "2", "--test", "2")
-    assert done.returncode == 1 and "holds files the toy corpus did not write" in done.stderr
+    assert done.returncode == 2 and f"OUT_DIR {tmp_path / 'raw/val.de'}: toy_corpus did not write it" in done.stderr
     assert lines(tmp_path / "raw/val.de") == ["mine"] and len(lines(tmp_path / "raw/train.en")) == 30
 
 
@@ -432,14 +474,14 @@ def test_no_command_that_succeeds_changes_a_file_it_did_not_write(tree, tmp_path
                      [tmp_path / "ev_new"]),
         "evaluate --force": (evaluate("--data", task, "--checkpoints", ck, "--last", "2", "--beam", "2", "--out",
                                       tmp_path / "ev", "--cpu", "--force"),
-                             [tmp_path / "ev" / name for name in ("evaluation.json", ".steps", ".lock", *OUTPUTS)]),
+                             [tmp_path / "ev" / name for name in ("evaluation.json", ".steps", ".lock", ".written.json",
+                                                                  *OUTPUTS)]),
         "export --force": (kit("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out",
                                tmp_path / "model", "--force"), [tmp_path / "model"]),
         "translate": (kit("translate", "--model", model, "--input", task / "raw/test.en", "--output",
-                          tmp_path / "out.de", "--cpu"), [tmp_path / name for name in (
-                              "out.de", "out.de.tok", ".out.de.written.json", ".out.de.tok.written.json")]),
+                          tmp_path / "out.de", "--cpu"), [tmp_path / name for name in ("out.de", "out.de.tok")]),
         "average": (kit("average_checkpoints", "--dir", ck, "--last", "2", "--output", tmp_path / "avg.pt"),
-                    [tmp_path / "avg.pt", tmp_path / ".avg.pt.written.json"]),
+                    [tmp_path / "avg.pt", tmp_path / ".written.json"]),  # (the folder's record of what the kit wrote)
     }
     for name, (done, _) in owned.items():
         assert done.returncode == 0, (name, done.stderr[-2000:])
@@ -480,7 +522,8 @@ def test_a_record_is_written_as_json_and_read_back_typed(tmp_path):
                                     "clean_max_len": 250, "clean_ratio": "1.5", "tests": "test,test1"})
     assert written["merges"] == 400 and written["joint_bpe"] is True and written["tests"] == ["test", "test1"]
     assert json.loads((tmp_path / "task.json").read_text()) == written == TASK.read(tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == ["task.json"]  # atomically: no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".written.json", "task.json"]  # atomically: no temporary left
+    assert not theirs([tmp_path / "task.json"], "kit", changed=True)  # recorded as the running command's
     assert TASK.read(tmp_path / "elsewhere") is None and not TASK.exists(tmp_path / "elsewhere")
     with pytest.raises(ValueError, match=r"unknown task fields \['mergers'\]"):
         TASK.write(tmp_path, {"mergers": 3})
@@ -488,16 +531,16 @@ def test_a_record_is_written_as_json_and_read_back_typed(tmp_path):
 
 @pytest.mark.parametrize("kind", [TASK, RUN, EVALUATION, SWEEP])
 def test_a_folder_an_earlier_version_made_is_refused_not_read(tmp_path, kind):
-    write(tmp_path / kind.old, ["arch=transformer", "seed=1"])
+    write(tmp_path / kind.earlier[0], ["arch=transformer", "seed=1"])
     assert kind.exists(tmp_path)  # its folder is not taken for a fresh one
-    with pytest.raises(Earlier, match=f"{kind.old} was written by an earlier version of the kit, which this one does "
-                                      "not read: run the step that made .* again"):
+    with pytest.raises(Damaged, match=f"{kind.earlier[0]} was written by an earlier version of the kit, which this one "
+                                      "does not read: run the step that made .* again"):
         kind.read(tmp_path)
     kind.write(tmp_path, {})  # a rerun with --force writes the record; then it is read
     assert kind.read(tmp_path) == {}
 
 
-def test_a_damaged_record_is_named(tmp_path):
+def test_a_damaged_record_is_named_and_refused(tmp_path):
     (tmp_path / "run.json").write_text('{"arch": "transformer", "seed": "one"}')
     with pytest.raises(Damaged, match=r"run.json is not a run record as this kit writes it"):
         RUN.read(tmp_path)
@@ -507,17 +550,19 @@ def test_a_damaged_record_is_named(tmp_path):
     (tmp_path / "run.json").write_text('{"arch": "transformer", "se')  # cut short
     with pytest.raises(Damaged):
         RUN.read(tmp_path)
+    assert issubclass(Damaged, Refusal)  # exit status 2, in one line
 
 
-def test_an_open_record_keeps_the_fields_it_does_not_declare(tmp_path):
-    settings = {"raw_dir": "/raw", "max_update": "600", "trained": {"csan2d/seed1": {"threads": 1}}, "jobs": 2}
-    assert REPRODUCTION.read(REPRODUCTION.write(tmp_path, settings) and tmp_path) == {**settings, "max_update": 600}
+def test_an_open_record_keeps_its_fields_as_they_are(tmp_path):
+    settings = {"raw_dir": "/raw", "max_update": 600, "trained": {"csan2d/seed1": {"threads": 1}}, "jobs": 2}
+    assert REPRODUCTION.read(REPRODUCTION.write(tmp_path, settings) and tmp_path) == settings
 
 
 def test_every_kind_has_its_own_file_and_known_types():
-    assert len({k.file for k in KINDS}) == len(KINDS) and len({k.name for k in KINDS}) == len(KINDS)
-    for kind in KINDS:
-        assert isinstance(kind, Kind) and set(kind.fields.values()) <= set(runner.TYPES), kind.name
+    kinds = (TASK, RUN, EVALUATION, RESULTS, EXPORT, SWEEP, REPRODUCTION)
+    assert len({k.file for k in kinds}) == len(kinds) and len({k.name for k in kinds}) == len(kinds)
+    for kind in kinds:
+        assert isinstance(kind, Kind) and set((kind.fields or {}).values()) <= set(TYPES), kind.name
 
 
 # ---- what a model is made from (runner.made_from, lineage, check_made_from) -------------------
@@ -542,7 +587,7 @@ def test_made_from_hashes_the_dictionaries_and_training_data_only(tmp_path):
 
 
 def test_a_checkpoint_is_checked_against_what_its_record_says_it_was_made_from(tmp_path):
-    from fairseq_csan.recipes.runner import EVALUATION, OtherData, check_made_from, made_from
+    from fairseq_csan.recipes.runner import EVALUATION, check_made_from, made_from
 
     data = tmp_path / "data-bin"
     data.mkdir()
@@ -553,11 +598,11 @@ def test_a_checkpoint_is_checked_against_what_its_record_says_it_was_made_from(t
     RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1, "made_from": made_from(data)})
     check_made_from(run / "checkpoint_last.pt", data, "TASK")
     (data / "dict.en.txt").write_text("b 1\na 1\n")  # prepared again: a dictionary of the same size
-    with pytest.raises(OtherData, match=r"checkpoint_last.pt was made from other data than TASK holds now: "
+    with pytest.raises(Refusal, match=r"checkpoint_last.pt was made from other data than TASK holds now: "
                                         r"dict.en.txt \(sha256 \w{12} then, \w{12} now\), as .*run.json recorded it"):
         check_made_from(run / "checkpoint_last.pt", data, "TASK")
     RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1})  # an earlier version's record
-    with pytest.raises(OtherData, match="an earlier version of the kit wrote"):
+    with pytest.raises(Damaged, match="an earlier version of the kit wrote"):
         check_made_from(run / "checkpoint_last.pt", data, "TASK")
     ev = tmp_path / "ev"  # an evaluation's average carries its checkpoints' record on
     ev.mkdir()
@@ -613,20 +658,21 @@ def test_a_child_writes_its_output_where_asked_and_reads_the_files_given(tmp_pat
     write(tmp_path / "a", ["one"])
     write(tmp_path / "b", ["two"])
     script = "import sys; data = sys.stdin.read(); print(data.upper(), end=''); print('a warning', file=sys.stderr)"
-    out = tmp_path / "out"
-    ended = runner.run_child([sys.executable, "-c", script], out, stdin=[tmp_path / "a", tmp_path / "b"],
-                             errors_to_out=False)
-    assert ended == runner.Ended(0) and out.read_text() == "ONE\nTWO\n"  # the warning went to stderr, not the data
-    ended = runner.run_child([sys.executable, "-c", script + "; sys.exit(3)"], out, append=True)
-    assert ended.code == 3 and ended.signal is None and out.read_text() == "ONE\nTWO\na warning\n"
+    out, log = tmp_path / "out", tmp_path / "log"
+    runner.run_child([sys.executable, "-c", script], out, stdin=[tmp_path / "a", tmp_path / "b"], errors=log)
+    assert out.read_text() == "ONE\nTWO\n" and log.read_text() == "a warning\n"  # the warning apart from the data
+    with pytest.raises(Failed) as failed:
+        runner.run_child([sys.executable, "-c", script + "; sys.exit(3)"], out, append=True, name="the child")
+    assert failed.value.code == 3 and out.read_text() == "ONE\nTWO\na warning\n"
+    assert str(failed.value) == f"the child ended with exit status 3: a warning (its log: {out})"
 
 
 # a parent that runs a child through run_child and prints how it ended; the child says when it
 # is ready, and its process group, then sleeps (IGNORE: the signals it ignores, to be killed)
 PARENT = """
 import signal, sys
-from fairseq_csan.recipes import runner
-runner.RESEND_S = 1
+from fairseq_csan.recipes.runner import children
+children.RESEND_S = 1
 child = '''
 import os, signal, sys, time
 for name in sys.argv[1].split(","):
@@ -635,9 +681,11 @@ for name in sys.argv[1].split(","):
 print("ready", os.getpgrp(), flush=True)
 time.sleep(60)
 '''
-ended = runner.run_child([sys.executable, "-c", child, sys.argv[1]], sys.argv[2], name="the child",
-                         resend=sys.argv[3] == "resend", kill_after=float(sys.argv[4]) or None)
-print("ended", ended.code, ended.signal, flush=True)
+try:
+    children.run_child([sys.executable, "-c", child, sys.argv[1]], sys.argv[2], name="the child",
+                       resend=sys.argv[3] == "resend", kill_after=float(sys.argv[4]) or None)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
 """
 
 
@@ -659,14 +707,14 @@ def test_a_signal_is_passed_on_once_and_the_parent_waits_for_the_child(tmp_path)
     group, stdout, stderr = run_parent(tmp_path, "", "once", 0, signal.SIGTERM)
     assert f"SIGTERM: passed on to the child (pid {group}); waiting for it to stop" in stderr
     assert f"the child (pid {group}) stopped after SIGTERM" in stderr and "passed on again" not in stderr
-    assert stdout == f"ended {128 + signal.SIGTERM} {int(signal.SIGTERM)}\n"
+    assert stdout == "interrupted\n"  # (as_command: exit status 130)
 
 
 def test_a_child_that_lost_the_signal_gets_it_again_and_one_that_ignores_it_is_killed(tmp_path):
     group, stdout, stderr = run_parent(tmp_path, "SIGINT", "resend", 3.5, signal.SIGINT)
     assert stderr.count(f"the child (pid {group}) still runs 1 s after SIGINT: passed on again") >= 2
     assert f"the child (pid {group}) still runs 3.5 s after SIGINT: killed" in stderr
-    assert stdout == f"ended {128 + signal.SIGINT} {int(signal.SIGINT)}\n"
+    assert stdout == "interrupted\n"
 
 
 def test_a_fault_of_the_machine_is_one_line_naming_the_file(tmp_path):
@@ -680,7 +728,7 @@ def test_a_fault_of_the_machine_is_one_line_naming_the_file(tmp_path):
     assert done.stderr.strip().splitlines()[-1] == (
         f"[toy_corpus] error: {out / 'train.en'}: File too large; raise the file-size limit (ulimit -f), then run the "
         "same command again (no output is left half written)")
-    assert not [p for p in out.rglob("*") if p.is_file() and p.name != ".lock"]  # no part of a file, no temporary
+    assert not [p for p in out.rglob("*") if p.is_file() and p.name not in (".lock", ".written.json")]
 
 
 def test_a_checkpoint_cut_short_by_the_machine_is_one_line_naming_it_too(tiny_task, tmp_path):
@@ -701,33 +749,36 @@ def test_a_checkpoint_cut_short_by_the_machine_is_one_line_naming_it_too(tiny_ta
 def test_a_child_shown_as_it_writes_keeps_the_lines_asked_for(tmp_path, capfd):
     script = "import sys; print('+ a command'); print('noise'); print('| train_inner | 1'); sys.stdout.write('+ end')"
     out = tmp_path / "out"
-    ended = runner.run_child([sys.executable, "-c", script], out, show=True, keep=re.compile(rb"^\+ |train_inner"))
-    assert ended.code == 0 and out.read_text() == "+ a command\nnoise\n| train_inner | 1\n+ end"
+    runner.run_child([sys.executable, "-c", script], out, show=re.compile(rb"^\+ |train_inner"))
+    assert out.read_text() == "+ a command\nnoise\n| train_inner | 1\n+ end"
     assert capfd.readouterr().out == "+ a command\n| train_inner | 1\n+ end\n"  # the last line without its newline too
 
 
-def test_watch_sees_every_shown_line_and_errors_replace_the_child_s_stderr(tmp_path, capfd):
-    """``watch`` gets each line of the shown output, kept or not, and what it returns is shown
-    after that line; ``errors`` gets each line of the child's stderr, and only what it returns
-    reaches this stderr (many lines: a child that fills the pipe is read as it writes)."""
+def test_progress_counts_the_lines_of_either_stream_and_shows_the_others_of_its_errors(tmp_path, capfd):
+    """A Progress of the child's output counts its lines as they come; one of its errors (read
+    by a thread: a child that fills the pipe is read as it writes) counts those it can and shows
+    the others as they are, and none of them reaches the output."""
     script = ("import sys\nfor i in range(3000): print(f'pair {i}', file=sys.stderr)\n"
               "print('error: bad', file=sys.stderr); print('noise'); print('| train_inner | 1')")
-    out, watched = tmp_path / "out", []
+    out, counted = tmp_path / "out", []
 
-    def watch(line):
-        watched.append(line)
-        return "progress" if line.startswith(b"|") else None
+    def pair(line):
+        counted.append(line)
+        return int(line.split()[1]) + 1 if line.startswith(b"pair") else None
 
-    ended = runner.run_child([sys.executable, "-c", script], out, show=True, keep=re.compile(rb"train_inner"),
-                             errors_to_out=False, watch=watch,
-                             errors=lambda line: None if line.startswith(b"pair") else line.decode().upper())
-    assert ended.code == 0 and out.read_text() == "noise\n| train_inner | 1\n"
-    assert watched == [b"noise", b"| train_inner | 1"]
-    captured = capfd.readouterr()
-    assert captured.out == "| train_inner | 1\nprogress\n" and captured.err == "ERROR: BAD\n"
+    progress = runner.Progress("merge", "merges", 3000, count_of=pair, stream="err")
+    runner.run_child([sys.executable, "-c", script], out, progress=progress)
+    assert out.read_text() == "noise\n| train_inner | 1\n" and len(counted) == 3001
+    err = capfd.readouterr().err
+    assert re.search(r"^\[kit\] \d\d:\d\d:\d\d merge 1 of 3000 \(0%\)$", err, re.M) and "error: bad\n" in err
+    assert "pair 5" not in err
+    lines_seen = []
+    out_progress = runner.Progress("line", "lines", count_of=lambda line: lines_seen.append(line) or None)
+    runner.run_child([sys.executable, "-c", script], out, progress=out_progress, errors=tmp_path / "err")
+    assert lines_seen == [b"noise", b"| train_inner | 1"]
 
 
-# ---- the step stamps (runner.Step, make, run) and a step's commands (call, Progress) ----------
+# ---- the step stamps (runner.Step, make) ------------------------------------------------------
 
 def upper(step, calls):
     def action(temps):
@@ -744,7 +795,7 @@ def folder(tmp_path):
 
 
 def make_step(folder, **settings):
-    return runner.Step(folder / ".steps", "upper", [folder / "in.txt"], [folder / "out.txt"], settings)
+    return runner.Step(folder, "upper", [folder / "in.txt"], [folder / "out.txt"], settings)
 
 
 def test_a_current_step_is_skipped_and_a_changed_one_redone(folder, capsys):
@@ -755,10 +806,17 @@ def test_a_current_step_is_skipped_and_a_changed_one_redone(folder, capsys):
     # a setting changed
     assert upper(make_step(folder, k=2), calls)
     assert "settings changed: k '1' -> '2'" in capsys.readouterr().err
-    # an output changed by hand
+    # an output changed by hand: the step's own, redone
     (folder / "out.txt").write_text("junk")
     assert upper(make_step(folder, k=2), calls) and (folder / "out.txt").read_text() == "A\nB\n"
     assert "output" in capsys.readouterr().err
+
+
+def test_a_file_of_the_user_s_where_a_step_writes_is_refused(folder):
+    (folder / "out.txt").write_text("mine")
+    with pytest.raises(Refusal, match="step upper's output .*out.txt: kit did not write it"):
+        upper(make_step(folder), [])
+    assert (folder / "out.txt").read_text() == "mine"
 
 
 def test_an_input_replaced_with_its_modification_time_kept_is_seen(folder, capsys):
@@ -778,15 +836,35 @@ def test_other_input_files_redo_the_step(folder):
     calls = []
     upper(make_step(folder), calls)
     (folder / "other.txt").write_text("a\nb\n")  # the same content under another name
-    step = runner.Step(folder / ".steps", "upper", [folder / "other.txt"], [folder / "out.txt"], {})
+    step = runner.Step(folder, "upper", [folder / "other.txt"], [folder / "out.txt"], {})
     assert step.stale() == "its inputs are other files than last time"
 
 
-def test_a_step_killed_before_its_stamp_is_redone(folder):
+def test_a_stamp_names_its_folder_s_files_relative_to_it_and_a_copy_is_its_own(folder):
+    """A copied folder's stamps name the copy's files: a step of the copy is current there, and a
+    redo there touches the copy alone."""
+    calls = []
+    upper(make_step(folder), calls)
+    stamp = json.loads((folder / ".steps/upper.json").read_text())
+    assert sorted(stamp["outputs"]) == ["out.txt"] and sorted(stamp["inputs"]) == ["in.txt"]
+    copy = folder.parent / "copy"
+    shutil.copytree(folder, copy)
+    assert make_step(copy).stale() is None
+    (copy / "in.txt").write_text("z\n")
+    assert upper(make_step(copy), calls) and (copy / "out.txt").read_text() == "Z\n"
+    assert (folder / "out.txt").read_text() == "A\nB\n"
+
+
+def test_a_step_killed_before_its_stamp_is_redone_and_its_temporaries_removed(folder):
     calls = []
     upper(make_step(folder), calls)
     (folder / ".steps" / "upper.json").unlink()  # outputs there, no record: not trusted
     assert "no record" in make_step(folder).stale()
+    leftover = folder / ".out.txt.1-aaaaaa.tmp"  # a killed run's temporary, which its stamp names
+    leftover.write_text("half")
+    runner.records._STAMP.write(folder / ".steps", {"by": "kit", "settings": {}, "inputs": {}, "outputs": {},
+                                                    "temporaries": [leftover.name]}, "upper.json")
+    assert upper(make_step(folder), calls) and not leftover.exists()
 
 
 def test_a_failed_action_leaves_no_output_that_looks_finished(folder):
@@ -796,7 +874,7 @@ def test_a_failed_action_leaves_no_output_that_looks_finished(folder):
 
     with pytest.raises(RuntimeError):
         runner.make(make_step(folder), fail)
-    assert not (folder / "out.txt").exists()
+    assert not (folder / "out.txt").exists() and not list(folder.glob(".out.txt.*"))
     assert make_step(folder).stale() == f"no {folder / 'out.txt'}"
 
 
@@ -824,52 +902,45 @@ def test_a_fault_while_writing_names_the_output_not_its_temporary(folder, capsys
         raise error
 
     with pytest.raises(OSError) as raised:
-        runner.replace_folder(folder / "model", copy_fails, lambda out: None)
+        runner.replace_folder(folder / "model", copy_fails, lambda out: None, lambda old: True)
     assert (raised.value.filename, raised.value.filename2) == (str(folder / "in.txt"), str(folder / "model/sub/in.txt"))
-    assert sorted(p.name for p in folder.iterdir()) == ["in.txt"]
+    assert sorted(p.name for p in folder.iterdir() if p.name != ".steps") == ["in.txt"]
     with pytest.raises(SystemExit):
-        runner.as_command(lambda: runner.replace_folder(folder / "model", copy_fails, lambda out: None))
+        runner.as_command(lambda argv: runner.replace_folder(folder / "model", copy_fails, lambda out: None,
+                                                             lambda old: True), [])
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"[test_runner] error: {folder / 'model/sub/in.txt'} (a copy of {folder / 'in.txt'}): No space left on device; "
         "free space on its disk, then run the same command again (no output is left half written)")
 
 
-def test_run_feeds_files_to_a_command_and_fails_with_its_status(folder):
-    step = runner.Step(folder / ".steps", "cat", [folder / "in.txt"], [folder / "cat.txt"], {})
-    cat = [sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read() * 2)"]
-    assert runner.run(step, cat, stdout=True, stdin=[folder / "in.txt"])
-    assert (folder / "cat.txt").read_text() == "a\nb\na\nb\n"
-    failing = runner.Step(folder / ".steps", "fail", [folder / "in.txt"], [folder / "f.txt"], {})
-    with pytest.raises(SystemExit) as code:
-        runner.run(failing, [sys.executable, "-c", "raise SystemExit(3)"])
-    assert code.value.code == 3 and not (folder / "f.txt").exists()
-
-
 def test_a_folder_output_is_fingerprinted_file_by_file(folder):
-    step = runner.Step(folder / ".steps", "dir", [folder / "in.txt"], [folder / "bin"], {})
+    step = runner.Step(folder, "dir", [folder / "in.txt"], [folder / "bin"], {})
     runner.make(step, lambda temps: (temps[0].mkdir(), (temps[0] / "x").write_text("1")))
     assert step.stale() is None
     (folder / "bin" / "x").write_text("2")
     assert step.stale() == f"output {folder / 'bin'} changed since the last run"
 
 
-def test_a_missing_input_is_an_error_naming_it(folder):
-    step = runner.Step(folder / ".steps", "x", [folder / "absent.txt"], [folder / "out.txt"], {})
-    with pytest.raises(FileNotFoundError, match="absent.txt"):
+def test_a_missing_input_is_refused_naming_it(folder):
+    step = runner.Step(folder, "x", [folder / "absent.txt"], [folder / "out.txt"], {})
+    with pytest.raises(Refusal, match="absent.txt"):
         step.stale()
 
 
-def test_progress_lines_come_at_most_once_a_minute_with_the_speed_and_the_time_left():
-    progress = runner.Progress("train", "update", "updates", 600)
+def test_progress_lines_come_at_most_once_a_minute_with_the_speed_and_the_time_left(capsys):
+    progress = runner.Progress("update", "updates", 600)
     first = progress.at(100, 1000.0)  # a resumed run: its speed counts from update 100, not from 0
-    assert re.fullmatch(r"\[train \d\d:\d\d:\d\d\] update 100 of 600 \(17%\)", first)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d update 100 of 600 \(17%\)", first)
     assert progress.at(130, 1030.0) is None  # 30 s since the last line
-    assert progress.at(250, 1075.0).endswith("] update 250 of 600 (42%), 2 updates/s, about 3 min left")
-    assert progress.at(600, 1275.0).endswith("] update 600 of 600 (100%), 1.82 updates/s, about 0 s left")
-    unbounded = runner.Progress("train", "update", "updates")
+    assert progress.at(250, 1075.0).endswith(" update 250 of 600 (42%), 2 updates/s, about 3 min left")
+    assert progress.at(600, 1275.0).endswith(" update 600 of 600 (100%), 1.82 updates/s, about 0 s left")
+    unbounded = runner.Progress("update", "updates")
     unbounded.at(10, 0.0)
-    assert unbounded.at(250, 480.0, "epoch 2 of 5").endswith("] update 250, epoch 2 of 5, 0.5 updates/s")
-    assert [runner.duration(s) for s in (40, 180, 7500)] == ["40 s", "3 min", "2 h 05 min"]
+    assert unbounded.at(250, 480.0, "epoch 2 of 5").endswith(" update 250, epoch 2 of 5, 0.5 updates/s")
+    assert len(capsys.readouterr().err.splitlines()) == 5  # each line said ([kit] ...)
+    from fairseq_csan.recipes.runner.children import _duration
+
+    assert [_duration(s) for s in (40, 180, 7500)] == ["40 s", "3 min", "2 h 05 min"]
 
 
 def test_learn_bpe_shows_its_merges_as_progress_and_learns_the_same_codes(folder, capfd):
@@ -877,31 +948,26 @@ def test_learn_bpe_shows_its_merges_as_progress_and_learns_the_same_codes(folder
     codes are those learn_bpe writes without it, and no merge line reaches the output."""
     from subword_nmt.learn_bpe import learn_bpe
 
+    from fairseq_csan.recipes import prepare
+
     corpus = folder / "corpus.txt"
     corpus.write_text("low lower lowest newer newest wider widest\n" * 3 + "new wide low\n")
     quiet = io.StringIO()
     with open(corpus, encoding="utf-8") as text:
         learn_bpe(text, quiet, 20)
     capfd.readouterr()  # its own progress bar
-    assert runner.bpe_merges(["subword-nmt", "learn-bpe", "-s", "20"]) == 20
-    assert runner.bpe_merges(["subword-nmt", "apply-bpe", "-c", "codes"]) is None
-    step = runner.Step(folder / ".steps", "learn_bpe", [corpus], [folder / "codes"], {})
-    assert runner.run(step, ["subword-nmt", "learn-bpe", "-s", "20"], stdout=True, stdin=[corpus], prefix="prepare")
+    prepare.learn_bpe(20, [corpus], folder / "codes", folder / "codes")
     assert (folder / "codes").read_text(encoding="utf-8") == quiet.getvalue()
     err = capfd.readouterr().err
     assert "learn-bpe -s 20 --verbose" in err and not re.search(r"^pair \d", err, re.M)
-    assert re.search(r"^\[prepare \d\d:\d\d:\d\d\] learn BPE: merge 1 of 20 \(5%\)$", err, re.M)
+    assert re.search(r"^\[kit\] \d\d:\d\d:\d\d learn BPE: merge 1 of 20 \(5%\)$", err, re.M)
 
 
-def test_a_stamp_is_a_record_and_a_damaged_one_is_redone_owning_nothing(folder):
+def test_a_damaged_stamp_is_redone(folder):
     calls = []
     upper(make_step(folder), calls)
-    stamp = dataclasses.replace(runner.STAMP, file="upper.json").read(folder / ".steps")
-    assert stamp["settings"] == {} and sorted(stamp["outputs"]) == [str(folder / "out.txt")]
-    assert runner.recorded_outputs(folder / ".steps") == [folder / "out.txt"]
     (folder / ".steps" / "upper.json").write_text('{"settings": {}, "inp')  # cut short
     assert "no record" in make_step(folder).stale()
-    assert runner.recorded_outputs(folder / ".steps") == []  # a damaged stamp's outputs are nobody's yet
     assert upper(make_step(folder), calls) and len(calls) == 2
 
 

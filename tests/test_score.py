@@ -5,23 +5,22 @@ marks, sacreBLEU's paired bootstrap of BLEU and of chrF."""
 import pytest
 
 from fairseq_csan.recipes import score
-from recipe_helpers import write
+from fairseq_csan.recipes.runner import Failed
+from recipe_helpers import run, write
 
 
 def test_chrf_scores_and_its_paired_bootstrap():
     from sacrebleu.metrics import CHRF
 
-    from fairseq_csan.recipes import score
-
     refs = ["Der Hund läuft schnell nach Hause .", "Ein kleines Haus am See .", "Sie lesen ein Buch ."] * 4
     base = ["Der Hund rennt nach Hause .", "Ein Haus .", "Sie lesen Bücher ."] * 4
     better = ["Der Hund läuft schnell nach Hause .", "Ein kleines Haus am See .", "Sie lesen ein Buch ."] * 4
-    test = score.paired_bootstrap_chrf(refs, base, better, 200)
-    assert test["baseline_chrf"] == pytest.approx(CHRF().corpus_score(base, [refs]).score, abs=1e-6)
-    assert test["chrf"] == pytest.approx(100.0) and test["p_value"] < 0.05 and test["mark"] in ("⇑", "↑")
-    assert "chrF2" in test["signature"] or "nc:6" in test["signature"]
-    same = score.paired_bootstrap_chrf(refs, base, base, 200)
-    assert same["chrf"] == pytest.approx(same["baseline_chrf"]) and same["mark"] == ""
+    test = score.paired_bootstrap(CHRF(), refs, base, better, 200)
+    assert test["baseline_score"] == pytest.approx(CHRF().corpus_score(base, [refs]).score, abs=1e-6)
+    assert test["score"] == pytest.approx(100.0) and test["p_value"] < 0.05 and test["mark"] in ("⇑", "↑")
+    assert "nc:6" in test["signature"]
+    same = score.paired_bootstrap(CHRF(), refs, base, base, 200)
+    assert same["score"] == pytest.approx(same["baseline_score"]) and same["mark"] == ""
 
 
 GENERATE = """S-1\tzweiter satz
@@ -42,8 +41,8 @@ def test_sacrebleu_tokenises_as_the_target_needs(tmp_path):
     write(tmp_path / "gen.txt", ["H-0\t-0.1\t我们 在 北京 学习 。", "H-1\t-0.1\t你 好"])
     write(tmp_path / "ref.tok", ["我们 在 北京 学习 。", "你 好 吗"])
     write(tmp_path / "ref.raw", ["我们在北京学习。", "你好吗"])
-    score.main(["score", "--generate-log", str(tmp_path / "gen.txt"), "--ref-tok", str(tmp_path / "ref.tok"),
-                "--ref-raw", str(tmp_path / "ref.raw"), "--lang", "zh", "--out", str(tmp_path / "out")])
+    score.score(tmp_path / "out", tmp_path / "gen.txt", tmp_path / "gen.txt", tmp_path / "ref.tok", tmp_path / "ref.raw",
+                "zh", name="", arch="", task="", subset="test", test_name="test")
     import json
 
     results = json.loads((tmp_path / "out/results.json").read_text())
@@ -57,7 +56,7 @@ def test_hypotheses_come_back_in_corpus_order(tmp_path):
     assert score.hypotheses(tmp_path / "gen.txt") == ["der erste satz", "ein zweiter satz"]
     assert score.decode_speed(tmp_path / "gen.txt") == {"sentences": 2, "seconds": 0.5, "sent_per_s": 4.0}
     (tmp_path / "gap.txt").write_text("H-0\t-1\ta\nH-2\t-1\tc\n")
-    with pytest.raises(SystemExit, match=r"lacks hypotheses for sentences \[1\]"):
+    with pytest.raises(Failed, match=r"lacks hypotheses for sentences \[1\]"):
         score.hypotheses(tmp_path / "gap.txt")
 
 
@@ -101,14 +100,24 @@ def test_significance_marks(delta, p, expected):
     assert score.mark(delta, p) == expected
 
 
-def test_paired_bootstrap_through_sacrebleu(tmp_path):
-    refs = [f"the cat {i} sat on the mat today" for i in range(40)]
-    good = list(refs)
-    bad = [f"a dog {i} stood near some rug" for i in range(40)]
-    write(tmp_path / "ref", refs)
-    write(tmp_path / "good", good)
-    write(tmp_path / "bad", bad)
-    test = score.paired_bootstrap(tmp_path / "ref", tmp_path / "bad", tmp_path / "good", 200)
-    assert test["baseline_bleu"] < 5 and test["bleu"] == pytest.approx(100.0)
-    assert test["p_value"] < 0.01 and "--paired-bs" in test["command"]
-    assert score.mark(test["bleu"] - test["baseline_bleu"], test["p_value"]) == "⇑"
+def test_paired_bootstrap_is_what_sacrebleu_paired_bs_says(tmp_path):
+    """The bootstrap of BLEU in this process gives the figures ``sacrebleu --paired-bs`` prints for
+    the same files (the same resampling and seed), and marks a clear gain."""
+    import json
+    import random
+
+    from sacrebleu.metrics import BLEU
+
+    rng = random.Random(3)
+    words = "the a cat dog sat stood on near mat rug today now".split()
+    refs = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(60)]
+    bad = [" ".join(w if rng.random() < 0.5 else rng.choice(words) for w in r.split()) for r in refs]
+    good = [" ".join(w if rng.random() < 0.8 else rng.choice(words) for w in r.split()) for r in refs]
+    for name, text in (("ref", refs), ("bad", bad), ("good", good)):
+        write(tmp_path / name, text)
+    test = score.paired_bootstrap(BLEU(tokenize="none", force=True), refs, bad, good, 200)
+    cli = json.loads(run(["sacrebleu", tmp_path / "ref", "-i", tmp_path / "bad", tmp_path / "good", "--paired-bs",
+                          "--paired-bs-n", "200", "-m", "bleu", "--tokenize", "none", "--force", "-f", "json"]).stdout)
+    assert (test["baseline_score"], test["score"]) == (cli[0]["BLEU"]["score"], cli[1]["BLEU"]["score"])
+    assert (test["p_value"], test["ci"]) == (cli[1]["BLEU"]["p_value"], cli[1]["BLEU"]["ci"])
+    assert test["score"] > test["baseline_score"] + 10 and test["mark"] == "⇑"

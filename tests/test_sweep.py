@@ -39,8 +39,8 @@ def test_a_repeated_point_and_a_help_for_training_are_refused(tmp_path):
     from recipe_helpers import fake_task
 
     data = fake_task(tmp_path)
-    for extra, message in ((["--windows", "3 5 3"], "--windows lists 3 more than once"),
-                           (["--heads", "1 1"], "--heads lists 1 more than once"),
+    for extra, message in ((["--windows", "3 5 3"], "--windows: lists 3 more than once"),
+                           (["--heads", "1 1"], "--heads: lists 1 more than once"),
                            (["--", "--help"], "-h/--help is not a training option")):
         done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", tmp_path / "sweep", "--dry-run", *extra],
                    check=False)
@@ -61,7 +61,7 @@ def test_a_second_sweep_of_a_run_is_refused_and_other_points_share_the_out(tmp_p
         done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", out, "--windows", "5 3", "--heads", "",
                     "--cpu-tiny"], check=False)
         assert done.returncode == 2 and f"{out}/csan1d_window3 is being written by a test writer (pid {holder.pid}" \
-            in done.stderr and "or give another --out" in done.stderr
+            in done.stderr and "or give another output" in done.stderr
         assert sorted(p.name for p in out.iterdir()) == [".csan1d_window3.lock"]  # the holder's; none of its own left
         other = run(["bash", "scripts/sweep.sh", "--data", data, "--out", out, "--windows", "5", "--heads", "",
                      "--cpu-tiny"], check=False)
@@ -114,7 +114,6 @@ def test_a_run_folder_of_someone_else_s_is_refused_before_any_run(tmp_path):
     (out / "csan1d_window3" / "train.out").write_text("my own log\n")
     argv = ["--data", data, "--out", out, "--windows", "3", "--heads", "", "--cpu-tiny"]
     done = in_process(sweep.main, argv, check=False)
-    assert done.returncode == 2 and "csan1d_window3 holds what a sweep run did not write (train.out)" in done.stderr
+    assert done.returncode == 2 and "csan1d_window3/train.out: sweep did not write it" in done.stderr
     assert (out / "csan1d_window3" / "train.out").read_text() == "my own log\n"
     assert sorted(p.name for p in (out / "csan1d_window3").iterdir()) == ["train.out"]
-    assert sweep.someone_elses(out / "nothing") == []

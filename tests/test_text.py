@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from fairseq_csan.recipes import text as text_tools
-from fairseq_csan.recipes.text import TextError, iter_lines, read_lines
+from fairseq_csan.recipes.runner import Refusal as TextError  # (unreadable text is refused)
+from fairseq_csan.recipes.text import iter_lines, read_lines
 from conftest import shared_corpus
 from recipe_helpers import lines, write
 
@@ -47,7 +48,7 @@ def test_undecodable_byte_names_file_and_line(tmp_path):
     path.write_bytes(b"fine\nalso fine\ncaf\xe9\n")
     with pytest.raises(TextError) as caught:
         read_lines(path)
-    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, TextError)  # a refusal: exit status 2, in one line
     message = str(caught.value)
     assert f"{path}:3:" in message and "0xe9" in message and "column 4" in message
     assert "\n" not in message
@@ -63,16 +64,13 @@ def test_lazy_iteration_reads_lines_before_the_bad_one(tmp_path):
 
 
 def test_dash_and_dev_stdin_read_standard_input():
-    # a process of its own, for a real standard input; text.py run from its file (it imports only
-    # the standard library), as `import fairseq_csan` in a `python -c` would import fairseq too
-    code = ("import runpy, sys; read_lines = runpy.run_path(sys.argv[1])['read_lines']; "
-            "print(repr(read_lines(sys.argv[2])))")
-    module = text_tools.__file__
+    # a process of its own, for a real standard input
+    code = "import sys; from fairseq_csan.recipes.text import read_lines; print(repr(read_lines(sys.argv[1])))"
     data = "\ufeffa\u2028b\nc\r\n".encode("utf-8")
     for name in ("-", "/dev/stdin"):
-        out = subprocess.run([sys.executable, "-c", code, module, name], input=data, capture_output=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code, name], input=data, capture_output=True, check=True)
         assert out.stdout.decode().strip() == repr(["a\u2028b", "c\r"])
-    out = subprocess.run([sys.executable, "-c", code, module, "-"], input=b"\x80\n", capture_output=True)
+    out = subprocess.run([sys.executable, "-c", code, "-"], input=b"\x80\n", capture_output=True)
     assert out.returncode != 0 and b"<stdin>:1: not UTF-8" in out.stderr
 
 
@@ -129,7 +127,7 @@ def test_clean_pair_by_hand(tmp_path, capsys):
     assert (kept, why) == (2, {"empty": 1, "long": 0, "ratio": 2, "token": 0})
     assert lines(tmp_path / "s2") == ["a b c", "a b"]
     # 3 of 5 dropped: said, with the reasons, most first, and the option that keeps them
-    assert ("[clean] warning: cleaning dropped 3 of 5 training pairs (60.0%): 2 --clean-ratio R over 1.5 keeps more "
+    assert ("] warning: cleaning dropped 3 of 5 training pairs (60.0%): 2 --clean-ratio R over 1.5 keeps more "
             "of them, 1 a pair with an empty side cannot be trained on") in capsys.readouterr().err
     kept, _ = text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2",
                                     max_len=3, ratio=9)
@@ -144,7 +142,7 @@ def test_clean_pair_by_hand(tmp_path, capsys):
 def test_clean_refuses_misaligned_files(tmp_path):
     write(tmp_path / "s", ["a", "b"])
     write(tmp_path / "t", ["x"])
-    with pytest.raises(SystemExit, match="differ in length"):
+    with pytest.raises(TextError, match="differ in length"):
         text_tools.clean_pair(tmp_path / "s", tmp_path / "t", tmp_path / "s2", tmp_path / "t2")
     assert not (tmp_path / "s2").exists()
 

@@ -25,7 +25,7 @@ from conftest import REPO, shared_corpus, snapshot
 from recipe_helpers import fake_task, lines, run, train_main, train_tiny, write
 
 from fairseq_csan.recipes import train as kit
-from fairseq_csan.recipes.quickstart import TRAINING_PROGRESS
+from fairseq_csan.recipes.runner import Refusal
 
 TRAIN_SH = ["bash", "scripts/train.sh"]
 
@@ -102,15 +102,15 @@ def test_parse_types_the_options_and_names_a_bad_one():
     assert kit.parse(["--data=x"]).data == "x"
     # -- ends the options; a value that starts with "-" is given as --option=VALUE
     assert kit.parse(["--save-dir=-odd", "--", "--seed"]).save == "-odd"
-    with pytest.raises(kit.Refused, match="^--save-dir needs a folder$"):
+    with pytest.raises(Refusal, match="^--save-dir needs DIR$"):
         kit.parse(["--save-dir", "-odd"])
-    for argv, message in ((["--gpus"], "--gpus needs a number"), (["--gpus", "--", "8"], "--gpus needs a number"),
-                          (["--data", ""], "--data needs a folder"), (["--seed", "-1"], "--seed must be a whole number, got '-1'"),
+    for argv, message in ((["--gpus"], "--gpus needs N"), (["--gpus", "--", "8"], "--gpus needs N"),
+                          (["--data", ""], "--data needs a value"), (["--seed", "-1"], "--seed must be a whole number, got '-1'"),
                           (["--share", "most"], "--share must be auto, all, decoder or none, got 'most'"),
                           (["--dat", "x"], "unknown argument '--dat'"),  # no abbreviations
                           (["--dry-run=1"], "unknown argument '--dry-run=1'"), (["-hx"], "unknown argument '-hx'"),
                           (["--foo", "--gpus", "x"], "unknown argument '--foo'")):  # unknown before bad values
-        with pytest.raises(kit.Refused) as refused:
+        with pytest.raises(Refusal) as refused:
             kit.parse(argv)
         assert str(refused.value).startswith(message), (argv, str(refused.value))
     with pytest.raises(SystemExit) as stopped:  # the help, wherever it stands among the options
@@ -120,11 +120,11 @@ def test_parse_types_the_options_and_names_a_bad_one():
 
 def test_check_options_names_what_is_missing_or_excluded():
     kit.check_options(options())
-    with pytest.raises(kit.Refused, match="^--save-dir is required$"):
+    with pytest.raises(Refusal, match="^--save-dir is required$"):
         kit.check_options(kit.parse(["--data", "d", "--arch", "a"]))
-    with pytest.raises(kit.Refused, match="^--max-tokens must be 1 or more, got 0$"):
-        kit.check_options(options("--max-tokens", "0"))
-    with pytest.raises(kit.Refused, match="^--cpu-processes and --gpus exclude each other"):
+    with pytest.raises(Refusal, match="^--max-tokens must be a whole number of 1 or more, got '0'$"):
+        options("--max-tokens", "0")
+    with pytest.raises(Refusal, match="^--cpu-processes and --gpus exclude each other"):
         kit.check_options(options("--cpu-processes", "2", "--gpus", "2"))
 
 
@@ -143,9 +143,9 @@ def test_process_layout_from_the_options_and_the_gpus_seen():
         ("slurm", 2, 4, 8, 1, "bf16")
     many = kit.process_layout(options("--nodes", "2", "--node-rank", "1", "--master-addr", "h", "--gpus", "4"), 8, None)
     assert (many.launcher, many.node_rank, many.master_addr, many.port, many.world) == ("torchrun", 1, "h", 29500, 8)
-    with pytest.raises(kit.Refused, match="^no GPU found"):
+    with pytest.raises(Refusal, match="^no GPU found"):
         layout(visible=0)
-    with pytest.raises(kit.Refused, match="^--precision fp16 needs a GPU; --cpu-tiny takes"):
+    with pytest.raises(Refusal, match="^--precision fp16 needs a GPU; --cpu-tiny takes"):
         layout("--cpu-tiny", "--precision", "fp16")
     assert kit.batch_warning(kit.process_layout(options("--gpus", "16"), 8, None), 8, 4096) == [
         "warning: 16 GPUs x update-freq 1 = 16 batches per update, not the papers' 8; --max-tokens 2048 keeps 8 x "
@@ -171,7 +171,7 @@ def test_fairseq_arguments_from_the_options_layout_data_and_hyper_parameters():
     tiny = " ".join(command("--cpu-tiny", "--max-update", "8"))
     assert "--cpu --num-workers 0 " in tiny and "--save-interval-updates 2 " in tiny and "--update-freq" not in tiny
     assert command("--", "--lr", "7")[-2:] == ["--lr", "7"] and command("--", "--lr", "7").count("--lr") == 1
-    with pytest.raises(kit.Refused, match="^--share all needs one joined dictionary"):
+    with pytest.raises(Refusal, match="^--share all needs one joined dictionary"):
         command("--share", "all", data=two)
 
 
@@ -267,7 +267,7 @@ def test_an_intact_but_older_checkpoint_last_gives_way_to_a_newer_one(tmp_path):
 
 def test_nothing_to_resume_from_is_refused_with_the_way_out(tmp_path):
     (tmp_path / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 cut")
-    with pytest.raises(kit.Refused, match="is damaged .* no intact checkpoint_E_U.pt is left to resume from; delete it"):
+    with pytest.raises(Refusal, match="is damaged .* no intact checkpoint_E_U.pt is left to resume from; delete it"):
         kit.repair_checkpoints(tmp_path)
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == b"PK\x03\x04 cut"  # left for the user to judge
 
@@ -304,7 +304,7 @@ def weights(path):
 def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_if_uninterrupted(data_bin, tmp_path):
     whole = tmp_path / "whole"
     first = run(tiny(data_bin, whole, 6))
-    assert re.search(r"^\[train \d\d:\d\d:\d\d\] update 2 of 6 \(33%\)$", first.stdout, re.M)  # the progress line
+    assert re.search(r"^\[train\] \d\d:\d\d:\d\d update 2 of 6 \(33%\)$", first.stderr, re.M)  # the progress line
     # the interrupted run: killed while fairseq copied checkpoint_1_4.pt over checkpoint_last.pt
     cut_run = tmp_path / "cut"
     cut_run.mkdir()
@@ -315,7 +315,7 @@ def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_i
     assert f"{cut_run}/checkpoint_last.pt is damaged" in done.stderr
     assert "resuming from checkpoint_1_4.pt, the newest intact checkpoint" in done.stderr
     assert "(epoch 1 @ 4 updates)" in done.stdout and "num_updates=6," in done.stdout
-    assert re.search(r"\] update 6 of 6 \(100%\)$", done.stdout, re.M)  # the resumed run's first count
+    assert re.search(r" update 6 of 6 \(100%\)$", done.stderr, re.M)  # the resumed run's first count
     resumed, reference = weights(cut_run / "checkpoint_last.pt"), weights(whole / "checkpoint_last.pt")
     assert max((resumed[k] - reference[k]).abs().max().item() for k in reference) <= 1e-6
 
@@ -350,7 +350,7 @@ def test_a_trainer_that_fails_ends_train_sh_with_its_error_in_one_line(data_bin,
     finally:
         if longer.poll() is None:
             longer.kill()
-    assert longer.returncode == 128 + signal.SIGKILL, err[-3000:]
+    assert longer.returncode == 1, err[-3000:]
     told = "[train] error: the trainer was killed by SIGKILL (the kernel does so when the machine runs out of memory): "
     said = re.fullmatch(re.escape(told) + r"(.+) \(its log: (.+)\); put that right and run train.sh again \(it resumes "
                         r"from the newest intact checkpoint, if one was saved\)", err.strip().splitlines()[-1])
@@ -416,7 +416,7 @@ def test_the_lock_outlives_a_killed_train_sh_and_sigterm_ends_the_trainer(data_b
         time.sleep(3)
         second.send_signal(signal.SIGTERM)
         _, err = second.communicate(timeout=120)
-        assert second.returncode == 128 + signal.SIGTERM
+        assert second.returncode == 130  # interrupted
         assert f"SIGTERM: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
         assert f"the trainer (pid {trainer}) stopped after SIGTERM" in err and "resuming from" in err
         assert not alive(trainer)
@@ -449,7 +449,7 @@ def test_sigint_stops_the_trainer_when_the_caller_ignored_it(data_bin, tmp_path)
         assert not trainer_ignores & (1 << (signal.SIGINT - 1)), "the trainer ignores SIGINT"
         os.kill(kit_pid, signal.SIGINT)
         shell.wait(timeout=60)
-        assert (tmp_path / "rc").read_text().strip() == str(128 + signal.SIGINT)
+        assert (tmp_path / "rc").read_text().strip() == "130"  # interrupted
         assert not alive(trainer)
         err = (tmp_path / "err").read_text()
         assert f"SIGINT: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
@@ -479,12 +479,13 @@ while True:
 # the kit's run() on a plan for one process, with that trainer in place of fairseq-train
 RUN_WITH_TRAINER = """
 import sys
-from fairseq_csan.recipes import runner, train as kit
-runner.RESEND_S = 2
+from fairseq_csan.recipes import train as kit
+from fairseq_csan.recipes.runner import as_command, children
+children.RESEND_S = 2
 data, save, launcher, trainer = sys.argv[1:]
 plan = kit.build(kit.parse(["--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny"]))
 plan.update(save_given=save, cmd=[sys.executable, "-c", trainer], launcher=launcher)
-raise SystemExit(kit.run(plan))
+as_command(lambda argv: kit.run(plan), [])
 """
 
 
@@ -509,7 +510,7 @@ def test_a_signal_the_trainer_lost_is_passed_on_again(tmp_path, launcher):
             assert alive(trainer)
             return
         _, err = kit_process.communicate(timeout=30)
-        assert kit_process.returncode == 128 + signal.SIGINT
+        assert kit_process.returncode == 130  # interrupted
         assert "lost one SIGINT" in (save / "train.log").read_text() and not alive(trainer)
         assert f"SIGINT: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
         assert f"the trainer (pid {trainer}) still runs 2 s after SIGINT: passed on again" in err
@@ -596,8 +597,10 @@ def test_ende_training_resumes_and_refuses_another_run(ende):
     save = ende["work"] / "ck_base"
     # --cpu-tiny keeps 8 checkpoints, enough for evaluate.sh's default average of the last 5
     assert sorted(int(p.stem.split("_")[-1]) for p in save.glob("checkpoint_1_*.pt")) == list(range(2, 17, 2))
-    speed = run(["python", "-m", "fairseq_csan.recipes.score", "speed", save / "train.log"]).stdout
-    assert "training steps/s" in speed
+    from fairseq_csan.recipes.score import train_speed
+
+    speed = train_speed(save / "train.log")
+    assert speed["steps_per_s"] > 0 and speed["logged_intervals"] >= 2 and speed["params"] > 0
     # quiet: none of fairseq's known notices (fairseq_csan/quiet.py, tensorboardX installed)
     log = (save / "train.log").read_text(encoding="utf-8")
     assert "Warning" not in log
@@ -618,7 +621,7 @@ def test_a_run_has_finished_when_its_last_checkpoint_reaches_max_update(tmp_path
     for command, expected in ((["--max-update", "20"], 20), (["--max-update", "16"], 20),
                               (["--max-update", "100", "--max-update=20"], 20), (["--max-update", "21"], None),
                               (["--max-update", "0"], None), (["--max-epoch", "1"], None)):
-        assert kit.finished(last, ["fairseq-train", "data", *command]) == expected, command
+        assert kit.finished(last, kit.flag_value(["fairseq-train", "data", *command], "--max-update")) == expected, command
 
 
 
@@ -627,17 +630,22 @@ def test_the_progress_line_reads_fairseq_s_update_counts_in_either_log_format():
     one given); with --max-epoch alone (--max-update 0), the epoch instead and no time left."""
     inner = "2026-11-27 10:00:00 | INFO | train_inner | epoch 002:     10 / 50 loss=5.1, ups=2, num_updates={}, lr=1e-4"
     json_line = '2026-11-27 10:00:00 | INFO | train | {{"epoch": 3, "train_loss": "4.9", "num_updates": "{}"}}'
-    seen = kit.progress_of(["fairseq-train", "data", "--max-update", "16", "--max-update=600"])
+    progress = kit.progress_of(["fairseq-train", "data", "--max-update", "16", "--max-update=600"])
+
+    def seen(line, now):  # what the trainer's log line makes of the progress line (runner.Progress)
+        count = progress.count_of(line)
+        return None if count is None else progress.at(count, now, progress.note(line))
+
     assert seen(b"2026-11-27 10:00:00 | INFO | valid | epoch 001 | loss 6.0 | num_updates 100", 0.0) is None
     first = seen(inner.format(100).encode(), 0.0)
-    assert first.endswith("] update 100 of 600 (17%)")
-    assert TRAINING_PROGRESS.search(first.encode())  # the quick start shows it among the training's lines
+    assert re.fullmatch(r"\d\d:\d\d:\d\d update 100 of 600 \(17%\)", first)
     assert seen(json_line.format(160).encode(), 30.0) is None  # within the minute
-    assert seen(json_line.format(220).encode(), 60.0).endswith("] update 220 of 600 (37%), 2 updates/s, "
+    assert seen(json_line.format(220).encode(), 60.0).endswith(" update 220 of 600 (37%), 2 updates/s, "
                                                                "about 3 min left")
-    by_epoch = kit.progress_of(["fairseq-train", "data", "--max-update", "0", "--max-epoch", "10"])
-    assert by_epoch(inner.format(40).encode(), 0.0).endswith("] update 40, epoch 2 of 10")
-    assert by_epoch(json_line.format(100).encode(), 120.0).endswith("] update 100, epoch 3 of 10, 0.5 updates/s")
+    progress = kit.progress_of(["fairseq-train", "data", "--max-update", "0", "--max-epoch", "10"])
+    assert seen(inner.format(40).encode(), 0.0).endswith(" update 40, epoch 2 of 10")
+    assert seen(json_line.format(100).encode(), 120.0).endswith(" update 100, epoch 3 of 10, 0.5 updates/s")
+
 
 @pytest.mark.slow
 def test_ende_resume_continues_from_the_last_checkpoint(ende, tmp_path):
@@ -772,7 +780,7 @@ def test_separate_dictionaries_share_only_the_decoder_embeddings(fake_data):
     (["--cpu-tiny", "--size", "big"], "--size picks the base or big model; --cpu-tiny trains its own tiny one"),
     (["--port", "1234"], "--port is the rendezvous port of several machines"),
     (["--cpu-processes", "2", "--port", "1234"], "--port is the rendezvous port of several machines"),
-    (["--max-tokens", "0"], "--max-tokens must be 1 or more"),
+    (["--max-tokens", "0"], "--max-tokens must be a whole number of 1 or more"),
 ])
 def test_train_script_bad_arguments(fake_data, args, message):
     done = train_main("--data", fake_data, "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *args,
@@ -838,7 +846,7 @@ def test_every_option_changes_the_command_or_is_refused(fake_data, tmp_path, con
         argv = ["--data", str(fake_data), "--arch", "transformer", "--save-dir", "/ckpt", "--dry-run", *context, *extra]
         try:
             return kit.build(kit.parse(argv))["cmd"], None
-        except kit.Refused as refusal:
+        except Refusal as refusal:
             return None, str(refusal)
 
     baseline, refused = command([])
@@ -879,14 +887,15 @@ def test_force_removes_only_what_a_training_wrote(tmp_path):
         (save / name).write_text(name)
     (save / ".lock").write_text("held")
     (save / ".node1.lock").write_text("another machine's")
-    with pytest.raises(kit.Refused, match="holds no run record of the kit's"):
+    with pytest.raises(Refusal, match="holds no run record of the kit's"):
         kit.start_over(save)
     kit.RUN.write(save, {"arch": "transformer", "data": "d", "seed": 1})
     (save / "notes.txt").write_text("a user's notes")
-    with pytest.raises(kit.Refused, match=r"holds what a training did not write \(notes.txt\)"):
+    with pytest.raises(Refusal, match=r"holds what a training did not write \(notes.txt\)"):
         kit.start_over(save)
-    assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", ".lock", ".node1.lock"])
+    assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", ".written.json", ".lock",
+                                                             ".node1.lock"])
     (save / "notes.txt").unlink()
-    assert kit.start_over(save) == [f"--force: removed 7 file(s) of the earlier run in {save} (checkpoints, log, record)"]
+    kit.start_over(save)
     assert sorted(p.name for p in save.iterdir()) == [".lock", ".node1.lock"]
-    assert kit.start_over(save) == []  # nothing left to remove
+    kit.start_over(save)  # nothing left to remove

@@ -11,7 +11,7 @@ import torch
 from recipe_helpers import fake_task, in_process, lines, refusal_of, walk_options, write
 
 from fairseq_csan.recipes import translate
-from fairseq_csan.recipes.runner import write_whole
+from fairseq_csan.recipes.runner import write_file
 from fairseq_csan.recipes.translate import pieces
 
 TRANSLATE = [sys.executable, "-m", "fairseq_csan.recipes.translate"]
@@ -58,8 +58,8 @@ def test_undecodable_input_is_named_by_file_and_line_before_any_work(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["--model", "M", "--input", "x"], "--model replaces --data and --checkpoint"),
     (["--input", "-"], "needs --output"),
-    (["--input", "x", "--beam", "0"], "--beam must be a positive whole number, got 0"),
-    (["--input", "x", "--batch-size", "0"], "--batch-size must be a positive whole number, got 0"),
+    (["--input", "x", "--beam", "0"], "--beam must be a whole number of 1 or more, got '0'"),
+    (["--input", "x", "--batch-size", "0"], "--batch-size must be a whole number of 1 or more, got '0'"),
 ])
 def test_bad_command_lines_stop_early(tmp_path, extra, message):
     (tmp_path / "x").write_text("a\n", encoding="utf-8")
@@ -102,14 +102,13 @@ def test_odd_lines_keep_their_place(tiny, tmp_path):
     # its input)
     again = in_process(translate.main, ["--data", task, "--checkpoint", checkpoint, "--input", "-", "--output", out,
                                         "--cpu"], check=False)
-    assert again.returncode == 2 and f"--output {out} exists (an earlier output of translate.py): pass --force" \
+    assert again.returncode == 2 and f"--output {out} exists (an earlier output of translate): pass --force" \
         in again.stderr
     edited = out.read_bytes() + b"a line of the user's\n"
     out.write_bytes(edited)
     forced = in_process(translate.main, ["--data", task, "--checkpoint", checkpoint, "--input", "-", "--output", out,
                                          "--cpu", "--force"], check=False)
-    assert forced.returncode == 2 and f"--output {out} exists, and translate.py did not write it (or it was changed " \
-        "since)" in forced.stderr
+    assert forced.returncode == 2 and f"--output {out}: translate did not write it (or it changed since)" in forced.stderr
     assert out.read_bytes() == edited
 
 
@@ -135,7 +134,7 @@ def test_too_long_lines_are_translated_in_pieces(tiny, tmp_path):
                                  log=messages.append)
     assert len(tok) == len(detok) == 4 and detok[2] == "" and detok[0] == detok[3] != ""
     expected_pieces = pieces(subwords, limit)
-    assert f"[translate] line 2: {len(subwords)} subword tokens, over the model's {limit + 1} source positions " \
+    assert f"line 2: {len(subwords)} subword tokens, over the model's {limit + 1} source positions " \
            f"(with the end of sentence): translated in {len(expected_pieces)} pieces" in messages
     hyps = [hub.remove_bpe(hub.string(hub.generate([hub.binarize(" ".join(p))], beam=4, lenpen=0.6)[0][0]["tokens"]))
             for p in expected_pieces]  # one piece a batch, as batch_size=1 above
@@ -185,7 +184,7 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
             out = tmp_path / "walk" / f"{next(runs)}.de"
             if "--force" in extra:  # what --force is for: an output of translate.py's that is there already
                 out.parent.mkdir(parents=True, exist_ok=True)
-                write_whole(out, "an older translation\n", "translate.py")
+                write_file(out, "an older translation\n", "translate")
             record = []
 
             def decode(hub, lines_, beam, lenpen, every):
@@ -196,7 +195,7 @@ def test_every_option_changes_the_translation_or_is_refused(tree, tmp_path, monk
                 return lines_, lines_
 
             monkeypatch.setattr(translate, "translate_lines", decode)
-            monkeypatch.setattr(translate, "write_whole",
+            monkeypatch.setattr(translate, "write_file",
                                 lambda path, data, by: record.append(("write", str(path), path.exists())))
             threads = torch.get_num_threads()  # (main sets them, in this process: put back for the next plan)
             try:

@@ -14,16 +14,17 @@ usage: python -m fairseq_csan.recipes.average_checkpoints --inputs A.pt B.pt ...
 With --dir/--last, the N newest numbered checkpoints are taken: checkpoint_E_U.pt (saved
 every --save-interval-updates) when the folder has any, else checkpointE.pt (one per epoch).
 An existing --output is replaced only with --force, and only where average_checkpoints wrote it
-(its record, .NAME.written.json beside it, says so): a file of anyone else's is never replaced.
+(the record of what the kit wrote in its folder says so): a file of anyone else's is never replaced.
 """
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Optional
 
 from .. import register
+from .command_line import Parser, positive
+from .runner import Refusal, WriterLock, check_owned, check_writable, refuse_overlaps, save_torch, say, writing
 
 # fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
 # when it removes old checkpoints: the group is the number they are ordered by
@@ -42,11 +43,11 @@ def listed(folder: Path, pattern: str = UPDATE):
 def newest_checkpoints(folder: Path, n: int):
     """The n newest numbered checkpoints in ``folder``, oldest first."""
     if not folder.is_dir():
-        raise SystemExit(f"average_checkpoints: no checkpoint folder {folder}")
+        raise Refusal(f"no checkpoint folder {folder}")
     found = listed(folder, UPDATE) or listed(folder, EPOCH)
     if len(found) < n:
-        raise SystemExit(
-            f"average_checkpoints: --last {n} needs {n} numbered checkpoints in {folder}, found "
+        raise Refusal(
+            f"--last {n} needs {n} numbered checkpoints in {folder}, found "
             f"{len(found)} ({', '.join(p.name for p in reversed(found)) or 'none'}); train with "
             "--save-interval-updates and --keep-interval-updates, or average fewer"
         )
@@ -121,7 +122,7 @@ def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> No
     named = re.fullmatch(UPDATE, path.name)
     updates = updates_of(state)
     if named and updates is not None and int(named.group(1)) != updates:
-        raise SystemExit(f"average_checkpoints: {path} holds a checkpoint of update {updates}, not "
+        raise Refusal(f"{path} holds a checkpoint of update {updates}, not "
                          f"{named.group(1)} as its name says: it was renamed or belongs to another run")
     if first_config is not None:
         mine, theirs = model_config(state), first_config
@@ -129,7 +130,7 @@ def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> No
                         if mine.get(k) != theirs.get(k) and not predated_at_default(k, mine, theirs))
         if differ:
             shown = ", ".join(f"{k} {theirs.get(k)} vs {mine.get(k)}" for k in differ[:4])
-            raise SystemExit(f"average_checkpoints: {path} is not of the same run as {first_path} "
+            raise Refusal(f"{path} is not of the same run as {first_path} "
                              f"(model settings differ: {shown})")
 
 
@@ -143,16 +144,16 @@ def average(paths):
     total, first_keys, newest, first_config, seen = None, None, None, None, {}
     for path in paths:
         if not path.is_file():
-            raise SystemExit(f"average_checkpoints: missing checkpoint {path}")
+            raise Refusal(f"missing checkpoint {path}")
         try:
             state = torch.load(path, map_location="cpu")
         except Exception as error:  # a truncated or foreign file: name it, whatever torch raised
-            raise SystemExit(f"average_checkpoints: cannot read {path} (damaged or not a checkpoint: "
+            raise Refusal(f"cannot read {path} (damaged or not a checkpoint: "
                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
         check_belongs(path, state, paths[0], first_config)
         updates = updates_of(state)
         if updates is not None and updates in seen:
-            raise SystemExit(f"average_checkpoints: {path} and {seen[updates]} are the same update ({updates}) "
+            raise Refusal(f"{path} and {seen[updates]} are the same update ({updates}) "
                              "of training: average distinct checkpoints")
         if updates is not None:
             seen[updates] = path
@@ -164,17 +165,17 @@ def average(paths):
         else:
             if list(model) != first_keys:
                 missing = set(first_keys) ^ set(model)
-                raise SystemExit(f"average_checkpoints: {path} holds other parameters than {paths[0]}: "
+                raise Refusal(f"{path} holds other parameters than {paths[0]}: "
                                  f"{', '.join(sorted(missing)) or 'same names, other order'}")
             for k, v in model.items():
                 if v.shape != total[k].shape:
-                    raise SystemExit(f"average_checkpoints: {path} is not of the same model as {paths[0]}: "
+                    raise Refusal(f"{path} is not of the same model as {paths[0]}: "
                                      f"{k} is {tuple(v.shape)}, not {tuple(total[k].shape)} (another dictionary "
                                      "or size)")
                 if v.is_floating_point():
                     total[k] += v.to(torch.float64)
                 elif not torch.equal(total[k], v):
-                    raise SystemExit(f"average_checkpoints: non-float tensor {k} differs in {path}")
+                    raise Refusal(f"non-float tensor {k} differs in {path}")
         newest = state
     dtypes = {k: v.dtype for k, v in newest["model"].items()}
     newest["model"] = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in total.items()}
@@ -185,57 +186,45 @@ def average(paths):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    source = parser.add_mutually_exclusive_group(required=True)
+    p = Parser(prog="python -m fairseq_csan.recipes.average_checkpoints", description=__doc__.split("\n\n")[0])
+    source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--inputs", nargs="+", type=Path, help="checkpoint files to average")
     source.add_argument("--dir", type=Path, help="a checkpoint folder; with --last N")
-    parser.add_argument("--last", type=int, help="how many of the newest numbered checkpoints in --dir")
-    parser.add_argument("--output", type=Path)
-    parser.add_argument("--force", action="store_true",
-                        help="replace an --output that average_checkpoints wrote before (never anyone else's file)")
-    parser.add_argument("--list", action="store_true", help="print the checkpoints it would average, and exit")
-    args = parser.parse_args(argv)
-    if args.output is None and not args.list:
-        parser.error("--output is required (or --list)")
-    if args.list and (args.output is not None or args.force):
-        parser.error("--list prints the checkpoints and exits; --output and --force would be ignored: give one or "
-                     "the other")
-    if args.dir is not None and (args.last is None or args.last < 1):
-        parser.error("--dir needs --last N with N >= 1")
-    if args.inputs is not None and args.last is not None:
-        parser.error("--last goes with --dir, not --inputs")
-    paths = args.inputs if args.inputs is not None else newest_checkpoints(args.dir, args.last)
+    p.add_argument("--last", type=positive, help="how many of the newest numbered checkpoints in --dir")
+    p.add_argument("--output", type=Path)
+    p.add_argument("--force", action="store_true",
+                   help="replace an --output that average_checkpoints wrote before (never anyone else's file)")
+    p.add_argument("--list", action="store_true", help="print the checkpoints it would average, and exit")
+    args, _ = p.read(argv)
+    paths = plan(args)
     if args.list:
-        print("\n".join(str(p) for p in paths))
+        print("\n".join(str(path) for path in paths))
         return
-    from .runner import (Refusal, WriterLock, atomic, check_replaceable, check_writable, keep_written, refuse_overlaps,
-                         save_torch)
+    with WriterLock(args.output, folder=False, what="average_checkpoints"):
+        check_owned([args.output], "average_checkpoints", args.force, "--output")  # again, under the lock
+        say(f"averaging {len(paths)} checkpoints: {', '.join(path.name for path in paths)}")
+        with writing(args.output, by="average_checkpoints") as (part,):
+            save_torch(average(paths), part)
+    say(f"wrote {args.output}")
 
-    def check_output():  # only an average of its own, unchanged since, is replaced (with --force)
-        check_replaceable(args.output, "average_checkpoints", args.force, "--output")
 
-    try:  # --force never replaces a checkpoint that is being averaged
-        refuse_overlaps({"--output": args.output}, {f"input {i + 1}": p for i, p in enumerate(paths)})
+def plan(args):
+    """The checkpoints to average, and the output checked (never one of them, writable, its own)."""
+    if args.output is None and not args.list:
+        raise Refusal("--output is required (or --list)")
+    if args.list and (args.output is not None or args.force):
+        raise Refusal("--list prints the checkpoints and exits; --output and --force would be ignored: give one or the "
+                      "other")
+    if args.dir is not None and args.last is None:
+        raise Refusal("--dir needs --last N")
+    if args.inputs is not None and args.last is not None:
+        raise Refusal("--last goes with --dir, not --inputs")
+    paths = args.inputs if args.inputs is not None else newest_checkpoints(args.dir, args.last)
+    if args.output is not None:  # --force never replaces a checkpoint that is being averaged
+        refuse_overlaps({"--output": args.output}, {f"input {i + 1}": path for i, path in enumerate(paths)})
         check_writable(args.output, "--output")
-        check_output()
-        held = WriterLock(args.output, folder=False, what="average_checkpoints").acquire()
-    except Refusal as error:
-        raise SystemExit(f"average_checkpoints: {error}")
-    try:
-        try:
-            check_output()  # again under the lock: a run that just ended may have written it
-        except Refusal as error:
-            raise SystemExit(f"average_checkpoints: {error}")
-        print(f"average_checkpoints: averaging {len(paths)} checkpoints: {', '.join(p.name for p in paths)}",
-              file=sys.stderr)
-        averaged = average(paths)
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        with atomic(args.output) as (part,):
-            save_torch(averaged, part)
-        keep_written(args.output, "average_checkpoints")
-    finally:
-        held.release()
-    print(f"average_checkpoints: wrote {args.output}", file=sys.stderr)
+        check_owned([args.output], "average_checkpoints", args.force, "--output")
+    return paths
 
 
 if __name__ == "__main__":

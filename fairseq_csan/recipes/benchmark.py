@@ -74,7 +74,8 @@ import sys
 from pathlib import Path
 
 from . import decoding
-from .runner import Refusal, check_replaceable, check_writable, write_whole
+from .command_line import Parser
+from .runner import Refusal, check_owned, check_writable, write_file
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
 # the sentence lengths of newstest2014 En-De (word counts only), shipped so that nothing need be prepared
@@ -106,7 +107,7 @@ def positive(kind, least=1):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m fairseq_csan.recipes.benchmark", description=__doc__.split("\n\n")[0])
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
     chosen.add_argument("--table1", action="store_true",
@@ -149,16 +150,10 @@ def parse_args(argv=None):
     parser.add_argument("--parts", nargs="+", choices=LONG_PARTS, default=LONG_PARTS,
                         help="--mode long: which of the four measurements to take")
     parser.add_argument("--probe-memory", nargs=4, metavar=("CSAN", "IMPL", "T", "B"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args, _ = parser.read(argv)
     if args.lengths is None:
         args.lengths = CROSSOVER_LENGTHS if args.mode == "crossover" else LONG_LENGTHS
     return args
-
-
-def refuse(message):
-    """A bad configuration: one line naming the flag, exit status 2 (as argparse's own errors)."""
-    print(f"benchmark: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def check_device(args):
@@ -167,9 +162,9 @@ def check_device(args):
     if args.device != "cuda":
         return
     if not torch.cuda.is_available():
-        refuse("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
+        raise Refusal("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
     if args.precision == "bf16" and not torch.cuda.is_bf16_supported():
-        refuse(f"--precision bf16: {torch.cuda.get_device_name()} has no bfloat16 support; use fp16 or fp32")
+        raise Refusal(f"--precision bf16: {torch.cuda.get_device_name()} has no bfloat16 support; use fp16 or fp32")
 
 
 def main(argv=None):
@@ -183,15 +178,12 @@ def main(argv=None):
         return
     check_device(args)
     if args.out:
-        try:
-            check_writable(args.out, "--out")
-            check_replaceable(args.out, "benchmark", args.force, "--out")
-        except Refusal as error:
-            refuse(str(error))
+        check_writable(args.out, "--out")
+        check_owned([args.out], "benchmark", args.force, "--out")
     if args.mode in ("train", "decode"):
         architectures(args)  # an unknown one fails here, before any work
     if args.mode in ("train", "decode") and args.lengths_from and not Path(f"{args.lengths_from}.en").exists():
-        refuse(f"--lengths-from: no length source at {args.lengths_from}.en; give --lengths-from PREFIX "
+        raise Refusal(f"--lengths-from: no length source at {args.lengths_from}.en; give --lengths-from PREFIX "
                "(an .en/.de pair, e.g. newstest2014)")
     tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
     if not args.no_malloc_tuning and not tuned and platform.system() == "Linux":
@@ -220,7 +212,7 @@ def main(argv=None):
     table = "\n".join(lines)
     print(table)
     if args.out:
-        write_whole(args.out, table + "\n", "benchmark")
+        write_file(args.out, table + "\n", "benchmark")
 
 
 def architectures(args):
@@ -234,7 +226,7 @@ def architectures(args):
 
     unknown = [a for a in archs if a not in ARCH_MODEL_REGISTRY]
     if unknown:
-        refuse(f"--archs/--size: no architecture {', '.join(unknown)} (big variants exist for "
+        raise Refusal(f"--archs/--size: no architecture {', '.join(unknown)} (big variants exist for "
                f"{', '.join(a for a in ARCH_MODEL_REGISTRY if a.endswith('_big') and a.startswith('transformer_'))})")
     return archs
 

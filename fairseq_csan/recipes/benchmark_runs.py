@@ -26,8 +26,8 @@ from fairseq_csan.modules import SELF_ATTENTION_VARIANTS  # noqa: E402
 from fairseq_csan.modules.local_window_attention import BANDED_FROM  # noqa: E402
 
 from . import decoding  # noqa: E402
-from .benchmark import (LENGTH_SAMPLE, MALLOC_TUNING, MODULE, PRECISION_TEXT, architectures,  # noqa: E402
-                        refuse)
+from .benchmark import LENGTH_SAMPLE, MALLOC_TUNING, MODULE, PRECISION_TEXT, architectures  # noqa: E402
+from .runner import Failed, Refusal, say  # noqa: E402
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -240,7 +240,7 @@ def peak_memory(variant, impl, T, B, precision):
     done = subprocess.run(probe_command(variant, impl, T, B, precision),
                           env={**env, **PROBE_MALLOC}, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"memory probe {variant} {impl} T={T} failed:\n{done.stderr[-2000:]}")
+        raise Failed(f"memory probe {variant} {impl} T={T} failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
     return int(done.stdout.split()[-1])
 
 
@@ -296,10 +296,6 @@ def encoder_step(model, batch):
     model.zero_grad(set_to_none=True)
 
 
-def log(message):
-    print(f"[benchmark] {message}", file=sys.stderr, flush=True)
-
-
 def attention_paths(variant, T, B, x, args, warmup):
     """Part 1 (and 2) at one length: the attention on both paths, side by side. Returns the table
     rows and the banded path's median speed-up (None where the dense path was not run)."""
@@ -321,7 +317,7 @@ def attention_paths(variant, T, B, x, args, warmup):
         if "dense" in mem:
             mem_dense, mem_ratio = f"{mem['dense'] / 2**20:.1f}", f"{mem['dense'] / mem['banded']:.1f}"
         memory_row = f"| {T} | {B} | {variant} | {mem_dense} | {mem['banded'] / 2**20:.1f} | {mem_ratio} |"
-        log(f"T={T} memory: {memory_row}")
+        say(f"T={T} memory: {memory_row}")
     if "attention" in args.parts:
         sec = side_by_side(steps, args.rounds, warmup, device)
         banded_ms = statistics.median(sec["banded"]) * 1e3
@@ -332,7 +328,7 @@ def attention_paths(variant, T, B, x, args, warmup):
         else:
             ratio = dense_ms = skipped
         attn_row = f"| {T} | {B} | {variant} | {dense_ms} | {banded_ms:.1f} | {ratio} |"
-        log(f"T={T} attention: {attn_row}")
+        say(f"T={T} attention: {attn_row}")
     return attn_row, memory_row, speedup
 
 
@@ -396,11 +392,11 @@ def long_inputs(args, dictionary):
         if "encoder" in args.parts:
             steps = {n: (lambda m=m: encoder_step(m, batch)) for n, m in models.items()}
             encoder_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup, device))
-            log(f"T={T} encoder: {' '.join(encoder_rows[-len(steps):])}")
+            say(f"T={T} encoder: {' '.join(encoder_rows[-len(steps):])}")
         if "whole" in args.parts and T <= args.whole_max_len:
             steps = {n: (lambda m=models[n]: train_step(m, batch)) for n in whole}
             whole_rows += throughput_rows(T, B, side_by_side(steps, args.rounds, warmup, device))
-            log(f"T={T} whole model: {' '.join(whole_rows[-len(steps):])}")
+            say(f"T={T} whole model: {' '.join(whole_rows[-len(steps):])}")
     if device == "cuda":
         memory_title = ("Peak CUDA memory of that attention (forward + backward), each path in turn in this process "
                         "(peak allocated over the allocated before):")
@@ -460,7 +456,7 @@ def sentences(args, dictionary, tuned):
         batches = make_source_batches(pairs, args.batch_size, len(dictionary), n_batches, args.seed)
         step = lambda model, batch: decode_step(model, batch, dictionary, args.beam)  # noqa: E731
     if len(batches) < n_batches:
-        refuse(f"--rounds/--warmup: {n_batches} batches needed, {args.lengths_from or LENGTH_SAMPLE.name} "
+        raise Refusal(f"--rounds/--warmup: {n_batches} batches needed, {args.lengths_from or LENGTH_SAMPLE.name} "
                f"gives {len(batches)}")
     batches = [tuple(t.to(device) for t in batch) for batch in batches]
     models = {a: build(a, dictionary, extra=args.model_flags, device=device, dtype=dtype) for a in archs}
@@ -487,7 +483,7 @@ def sentences(args, dictionary, tuned):
         label = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
         what = f"{units} target tokens" if args.mode == "train" else f"source length up to {batch[0].size(1)}"
         ratios = " ".join(f"{a} {elapsed[baseline] / elapsed[a]:.3f}" for a in archs[1:])
-        log(f"{label}: {batch[0].size(0)} sentences, {what}; ratios {ratios}")
+        say(f"{label}: {batch[0].size(0)} sentences, {what}; ratios {ratios}")
 
     src_len = statistics.mean(p[0] for p in pairs)
     dims = f"{args.size} dimensions" + (f" with {' '.join(args.model_flags)}" if args.model_flags else "")

@@ -10,11 +10,10 @@ significance mark against the baseline given to evaluate.sh (⇑/↑: better at 
 ⇓/↓: worse). A run missing for a task shows "-".
 """
 
-import argparse
-import json
 from pathlib import Path
 
-from .runner import Refusal, check_replaceable, check_writable, write_whole
+from .command_line import Parser
+from .runner import RESULTS, Refusal, check_owned, check_writable, write_file
 
 TASK_TITLES = {"wmt14_en_de": "WMT14 En⇒De", "wmt17_zh_en": "WMT17 Zh⇒En", "wat17_ja_en": "WAT17 Ja⇒En"}
 METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU", "sacrebleu": "sacreBLEU",
@@ -22,12 +21,10 @@ METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU",
 
 
 def load(folders):
-    runs = []
-    for folder in folders:
-        path = Path(folder) / "results.json"
-        if not path.is_file():
-            raise SystemExit(f"collect_results: {path} not found (run scripts/evaluate.sh --out {folder} first)")
-        runs.append(json.loads(path.read_text(encoding="utf-8")))
+    runs = [RESULTS.read(folder) for folder in folders]
+    for folder, run in zip(folders, runs):
+        if run is None:
+            raise Refusal(f"{RESULTS.path(folder)} not found (run scripts/evaluate.sh --out {folder} first)")
     return runs
 
 
@@ -59,7 +56,7 @@ def table(runs, metric="bleu_tok"):
         if task not in tasks:
             tasks.append(task)
         if (system, task) in cells:
-            raise SystemExit(f"collect_results: two runs named '{system}' for {task}; give them distinct --name")
+            raise Refusal(f"two runs named '{system}' for {task}; give them distinct --name")
         cells[(system, task)] = run
     head = ["System"]
     rule = ["---"]
@@ -101,22 +98,19 @@ def table(runs, metric="bleu_tok"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="evaluation folders (scripts/evaluate.sh --out)")
-    parser.add_argument("--metric", choices=sorted(METRICS), default="bleu_tok")
-    parser.add_argument("--output", type=Path, help="write the table here as well as printing it")
-    parser.add_argument("--force", action="store_true", help="replace an --output that collect_results wrote "
-                        "(a file of anyone else's, or one changed since, is never replaced)")
-    args = parser.parse_args(argv)
+    p = Parser(prog="python -m fairseq_csan.recipes.collect_results", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="evaluation folders (scripts/evaluate.sh --out)")
+    p.add_argument("--metric", choices=sorted(METRICS), default="bleu_tok")
+    p.add_argument("--output", type=Path, help="write the table here as well as printing it")
+    p.add_argument("--force", action="store_true", help="replace an --output that collect_results wrote "
+                   "(a file of anyone else's, or one changed since, is never replaced)")
+    args, _ = p.read(argv)
     if args.output:
-        try:
-            check_writable(args.output, "--output")
-            check_replaceable(args.output, "collect_results", args.force, "--output")
-        except Refusal as error:
-            parser.error(str(error))
+        check_writable(args.output, "--output")
+        check_owned([args.output], "collect_results", args.force, "--output")
     text = table(load(args.runs), args.metric)
     if args.output:
-        write_whole(args.output, text, "collect_results")
+        write_file(args.output, text, "collect_results")
     print(text, end="")
 
 

@@ -1,50 +1,134 @@
-"""The kit's command lines, parsed by argparse alone (train.sh, sweep.sh): every argparse error
-becomes one line of the command's own refusal, the words after ``--`` are passed on unread, an
-unknown word is refused before any value is checked, and ``-h``/``--help`` prints the help
-wherever it stands. Each option is declared once, in the command's parser."""
+"""The kit's one option layer: argparse, with every error a :class:`~.runner.Refusal` of one line
+(exit status 2: runner.as_command) and the argument types the commands share, each option declared
+once in its command's parser.
 
-from __future__ import annotations
+:meth:`Parser.read` refuses a word it does not know before any value is checked, gives the words
+after ``--`` back unread (for fairseq-train, or train.sh), and prints the help wherever ``-h`` or
+``--help`` stands.
+"""
 
 import argparse
 import re
 import sys
-from typing import List, Tuple
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+from .runner import Refusal
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are ``refusal`` (the command's exception) of one line. An
-    option's action may carry ``what`` its value is ("a number"), for "--X needs a number"."""
+    """An ArgumentParser whose errors are Refusals of one line. ``unknown_hint`` follows the
+    refusal of an unknown word (where its options go instead)."""
 
-    def __init__(self, *args, refusal, unknown_hint: str = "", **kwargs):
-        super().__init__(*args, add_help=False, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-                         **kwargs)
-        self.refusal, self.unknown_hint = refusal, unknown_hint
-        self.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    def __init__(self, *args, unknown_hint: str = "", **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+        self.unknown_hint = unknown_hint
 
     def error(self, message):
         found = re.fullmatch(r"argument ([-\w/]+): (.*)", message, re.S)
+        if message.startswith("unrecognized arguments: "):  # a word where no option takes one
+            self.unknown(message.split(": ", 1)[1].split()[0])
         if found is None:
-            raise self.refusal(message)
+            raise Refusal(message)
         flag, why = found.groups()
         if why == "expected one argument":
-            raise self.refusal(f"{flag} needs {getattr(self._option_string_actions[flag], 'what', 'a value')}")
+            action = self._option_string_actions.get(flag.split("/")[0])
+            raise Refusal(f"{flag} needs {getattr(action, 'metavar', None) or 'a value'}")
         ignored = re.fullmatch(r"ignored explicit argument '(.*)'", why)
-        if ignored:  # --dry-run=1, -hx: a flag given a value
+        if ignored:  # --dry-run=1, -hx: a switch given a value
             first = flag.split("/")[0]
-            raise self.unknown(f"{first}={ignored.group(1)}" if first.startswith("--") else first + ignored.group(1))
-        raise self.refusal(why if why.startswith(flag) else f"{flag}: {why}")
+            self.unknown(f"{first}={ignored.group(1)}" if first.startswith("--") else first + ignored.group(1))
+        choice = re.fullmatch(r"invalid choice: (.*) \(choose from (.*)\)", why)
+        if choice:  # --share must be auto, all, decoder or none, got 'most'
+            allowed = [c.strip().strip("'") for c in choice.group(2).split(",")]
+            why = f"must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {choice.group(1)}"
+        raise Refusal(why if why.startswith(flag) else f"{flag} {why}" if why.startswith("must") else f"{flag}: {why}")
 
-    def unknown(self, word: str) -> Exception:
-        return self.refusal(f"unknown argument '{word}'{self.unknown_hint}")
+    def unknown(self, word: str):
+        raise Refusal(f"unknown argument '{word}'{self.unknown_hint}")
 
-    def read(self, argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
-        """(the options, the words after ``--``)."""
+    def read(self, argv) -> Tuple[argparse.Namespace, List[str]]:
+        """(the options, the words after ``--``); ``argv`` None: the command line's."""
+        argv = list(sys.argv[1:] if argv is None else argv)
         cut = argv.index("--") if "--" in argv else len(argv)
-        options, unknown = self.parse_known_args(list(argv[:cut]))
-        if options.help:
-            print(self.format_help(), end="")
+        words = argv[:cut]
+        if any(w in ("-h", "--help") for w in words):  # wherever it stands; a subcommand's own where one is named
+            chosen = [a.choices[w] for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                      for w in words if w in a.choices]
+            (chosen or [self])[0].print_help()
             raise SystemExit(0)
-        if unknown:
-            print(self.format_usage(), end="", file=sys.stderr)
-            raise self.unknown(unknown[0])
-        return options, list(argv[cut + 1:])
+        known = {}  # option -> whether it takes a value
+        for parser in [self, *(p for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                               for p in a.choices.values())]:
+            known.update({option: action.nargs != 0 for action in parser._actions for option in action.option_strings})
+        for before, word in zip([None, *words], words):
+            if word.startswith("-") and len(word) > 1 and not word[1].isdigit() and word.split("=", 1)[0] not in known \
+                    and not known.get(before):  # (a value that starts with '-': argparse names the option)
+                self.unknown(word)
+        return self.parse_args(words), argv[cut + 1:]
+
+
+# ------------------------------------------------------------------------ the shared types
+
+def positive(text: str) -> int:
+    """A whole number of 1 or more."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got '{text}'")
+    return int(text)
+
+
+def whole(text: str) -> int:
+    """A whole number of 0 or more."""
+    if not re.fullmatch(r"[0-9]+", text.strip()):
+        raise argparse.ArgumentTypeError(f"must be a whole number, got '{text}'")
+    return int(text)
+
+
+def at_least(least: float, kind: Callable = float):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of at least {least:g}, got '{text}'") from None
+        if not value >= least:
+            raise argparse.ArgumentTypeError(f"must be at least {least:g}, got '{text}'")
+        return value
+    return parse
+
+
+LANGUAGE = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]+)?")  # a language code as a file's suffix: en, fr, pt_BR, yue
+
+
+def language(text: str) -> str:
+    if not LANGUAGE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be a language code (two or three lower-case letters, optionally with a "
+                                         f"_REGION: en, fr, zh, ja, pt_BR), got '{text}'")
+    return text
+
+
+def folder(text: str) -> Path:
+    """An existing folder."""
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"no folder {text}")
+    return Path(text)
+
+
+def items(kind: Callable = str, allowed=None, odd: bool = False):
+    """A list given as one word, its items apart by commas or spaces (``1,2,3``, ``"1 2 3"``; ``""``
+    for none), each of ``kind`` (and among ``allowed``, odd), none twice."""
+    def parse(text: str) -> list:
+        words = text.replace(",", " ").split()
+        try:
+            values = [kind(word) for word in words]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}': comma-separated whole numbers, e.g. 1,2,3") from None
+        wrong = [w for w, v in zip(words, values) if (allowed and v not in allowed) or (odd and (v < 1 or v % 2 == 0))]
+        if wrong:
+            what = f"one of {', '.join(map(str, allowed))}" if allowed else "a positive odd number"
+            raise argparse.ArgumentTypeError(f"each item must be {what}, got '{wrong[0]}'")
+        twice = sorted({w for w in words if words.count(w) > 1})
+        if twice:
+            raise argparse.ArgumentTypeError(f"lists {', '.join(twice)} more than once")
+        return values
+    return parse

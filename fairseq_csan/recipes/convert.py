@@ -42,20 +42,13 @@ that is, holds or lies inside SRC is refused.
 """
 
 import argparse
-import json
 import shutil
-import sys
 from pathlib import Path
 
 from . import decoding
-from .export import BPE_FILES, ExportError, hub_settings, load_state, write_model_folder
-from .runner import Refusal, refuse_overlaps, save_torch
-
-PREFIX = "python -m fairseq_csan.recipes.convert"
-
-
-class ConvertError(Exception):
-    pass
+from .command_line import Parser
+from .export import BPE_FILES, hub_settings, load_state, write_model_folder
+from .runner import Refusal, refuse_overlaps, save_torch, say
 
 
 def variant_flags():
@@ -89,7 +82,7 @@ def plugin_architecture(arch: str):
     ours = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if isinstance(m, type) and issubclass(m, VariantTransformerModel)
                   and a != "transformer_variant")
     if arch not in ours:
-        raise ConvertError(f"--arch {arch} is not one of the plugin's architectures; allowed: {', '.join(ours)}")
+        raise Refusal(f"--arch {arch} is not one of the plugin's architectures; allowed: {', '.join(ours)}")
     return ARCH_MODEL_REGISTRY[arch]
 
 
@@ -103,20 +96,17 @@ def read_source(folder: Path, name: str):
     from fairseq_csan.models.variant_transformer import VariantTransformerModel
 
     if not folder.is_dir():
-        raise ConvertError(f"--model {folder} is not a folder")
+        raise Refusal(f"--model {folder} is not a folder")
     checkpoint = folder / name
     if not checkpoint.is_file():
         found = sorted(p.name for p in folder.glob("*.pt"))
-        raise ConvertError(f"--model {folder} has no {name}" + (f"; it has {', '.join(found)}: give one with --checkpoint"
+        raise Refusal(f"--model {folder} has no {name}" + (f"; it has {', '.join(found)}: give one with --checkpoint"
                                                                  if found else ""))
     try:
         verify(folder)
     except DamagedModelFolder as error:
-        raise ConvertError(str(error)) from None
-    try:
-        state = load_state(checkpoint, {"data": str(folder)})
-    except ExportError as error:
-        raise ConvertError(str(error)) from None
+        raise Refusal(str(error)) from None
+    state = load_state(checkpoint, {"data": str(folder)})
     cfg = state.get("cfg")
     model_cfg = None if cfg is None else cfg.get("model")
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
@@ -124,11 +114,11 @@ def read_source(folder: Path, name: str):
     if cls is None or not issubclass(cls, TransformerModel) or issubclass(cls, VariantTransformerModel):
         what = "a model of the plugin already (fine-tune it as it is)" if cls and issubclass(cls, VariantTransformerModel) \
             else "not a fairseq Transformer"
-        raise ConvertError(f"{checkpoint} holds --arch {arch}: {what}; convert takes a model of fairseq's own "
+        raise Refusal(f"{checkpoint} holds --arch {arch}: {what}; convert takes a model of fairseq's own "
                            "transformer architectures (transformer, transformer_wmt_en_de_big, ...)")
     for lang in (cfg.task.source_lang, cfg.task.target_lang):
         if not (folder / f"dict.{lang}.txt").is_file():
-            raise ConvertError(f"--model {folder} has no dict.{lang}.txt (its checkpoint translates "
+            raise Refusal(f"--model {folder} has no dict.{lang}.txt (its checkpoint translates "
                                f"{cfg.task.source_lang}-{cfg.task.target_lang})")
     return checkpoint, state
 
@@ -157,14 +147,14 @@ def build_converted(state: dict, arch: str, flags: dict, seed: int):
     try:
         model = plugin_architecture(arch).build_model(args, task)
     except ValueError as error:  # a setting the model refuses, named by its flag
-        raise ConvertError(str(error)) from None
+        raise Refusal(str(error)) from None
     theirs, ours = source.state_dict(), model.state_dict()
     missing = sorted(set(theirs) - set(ours))
     if missing:
-        raise ConvertError(f"--arch {arch} has no place for the source's {', '.join(missing[:3])}")
+        raise Refusal(f"--arch {arch} has no place for the source's {', '.join(missing[:3])}")
     for k, v in theirs.items():
         if ours[k].shape != v.shape:
-            raise ConvertError(f"the source's {k} is {tuple(v.shape)}, --arch {arch} makes it {tuple(ours[k].shape)}")
+            raise Refusal(f"the source's {k} is {tuple(v.shape)}, --arch {arch} makes it {tuple(ours[k].shape)}")
         ours[k] = v
     torch.nn.Module.load_state_dict(model, ours)  # the converted model's own settings buffer included
     starts = {}
@@ -187,7 +177,7 @@ def name_hub_settings(cfg, given: dict) -> None:
         if name is None:
             continue
         if named[what] and named[what] != name:
-            raise ConvertError(f"--{what} {name}: the source's checkpoint names --{what} {named[what]}; leave it out")
+            raise Refusal(f"--{what} {name}: the source's checkpoint names --{what} {named[what]}; leave it out")
         if not named[what]:
             with open_dict(cfg):
                 own = {"source_lang": cfg.task.source_lang, "target_lang": cfg.task.target_lang} if what == "tokenizer" \
@@ -200,7 +190,6 @@ def name_hub_settings(cfg, given: dict) -> None:
 
 
 def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: str, flags: dict, seed: int, folder: Path):
-    import torch
     from omegaconf import OmegaConf, open_dict
 
     from fairseq_csan.model_folder import sha256
@@ -247,8 +236,6 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
         **hub,
         **decoding.generation_overrides(),
     }
-    about["files"] = {p.name: sha256(p) for p in sorted(folder.iterdir())}
-    (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
     return about
 
 
@@ -259,27 +246,18 @@ def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: st
     register()  # our architectures and the loading fixes
 
     plugin_architecture(arch)
-    if out.exists() and not out.is_dir():
-        raise ConvertError(f"--out {out} exists and is not a folder")
-    try:
-        refuse_overlaps({"--out": out}, {"--model": source})
-        if source.exists():
-            refuse_overlaps({"--model": source}, {"--out": out})  # an --out that holds the source
-    except Refusal as error:
-        raise ConvertError(str(error)) from None
+    refuse_overlaps({"--out": out}, {"--model": source})
+    if source.exists():
+        refuse_overlaps({"--model": source}, {"--out": out})  # an --out that holds the source
     checkpoint, state = read_source(source, checkpoint_name)
     name_hub_settings(state["cfg"], hub or {})
-    try:
-        return write_model_folder(out, lambda folder: write_converted(source, checkpoint, state, arch, flags, seed, folder),
-                                  force, by="convert")
-    except ExportError as error:
-        raise ConvertError(str(error)) from None
+    return write_model_folder(out, lambda folder: write_converted(source, checkpoint, state, arch, flags, seed, folder),
+                              force, "convert")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog=PREFIX, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p = Parser(prog="python -m fairseq_csan.recipes.convert", description=__doc__.split("\n\n")[0],
+               epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     p.add_argument("--model", required=True, type=Path, help="the Transformer's model folder (model.pt, dict.*.txt, bpecodes)")
     p.add_argument("--arch", required=True, help="the architecture to convert to, e.g. transformer_csan2d")
     p.add_argument("--out", required=True, type=Path, help="the model folder to write")
@@ -292,6 +270,10 @@ def main(argv=None):
     p.add_argument("--force", action="store_true", help="replace a different model folder that convert or export wrote")
     p.epilog += ("\n\nVARIANT FLAGS: the architecture's own (python -m fairseq_csan help fairseq-train --arch ARCH lists "
                  "them), checked as fairseq-train checks them.")
+    if argv is None:
+        import sys
+
+        argv = sys.argv[1:]
     p.parse_known_args(argv)  # --help and the options above, before fairseq is imported
     from .. import register
 
@@ -302,16 +284,12 @@ def main(argv=None):
         group._add_action(action)
     args, rest = p.parse_known_args(argv)
     if rest:
-        p.error(unknown_flag(rest[0], actions))
+        raise Refusal(unknown_flag(rest[0], actions))
     flags = {a.dest: getattr(args, a.dest) for a in actions if getattr(args, a.dest) is not None}
-    try:
-        how = convert(args.model, args.arch, flags, args.out, args.checkpoint, args.seed, args.force,
-                      {"tokenizer": args.tokenizer, "bpe": args.bpe})
-    except ConvertError as error:
-        p.error(str(error))
-    print(f"[convert] {args.out}: {how} (--arch {args.arch} from {args.model}; fine-tune with scripts/train.sh "
-          f"--finetune-from {args.out}, or translate with python -m fairseq_csan.recipes.translate --model {args.out})",
-          file=sys.stderr)
+    how = convert(args.model, args.arch, flags, args.out, args.checkpoint, args.seed, args.force,
+                  {"tokenizer": args.tokenizer, "bpe": args.bpe})
+    say(f"{args.out}: {how} (--arch {args.arch} from {args.model}; fine-tune with scripts/train.sh --finetune-from "
+        f"{args.out}, or translate with python -m fairseq_csan.recipes.translate --model {args.out})")
 
 
 if __name__ == "__main__":

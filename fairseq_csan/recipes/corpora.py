@@ -1,32 +1,23 @@
 """The raw corpora of the task recipes (the three WMT/WAT tasks and Multi30k), and how to
-gather them (recipe step 1).
+gather them (step 1 of prepare.py).
 
 For each task this file lists every corpus: the files it needs in the raw folder, the archive
-they come in and the archive's official location. ``gather`` finds each corpus in the raw
-folder (plain text, an official SGM file, or an ``A ||| B`` ASPEC file), extracts a
-downloaded archive when only the archive is there, downloads a public archive when neither
-is there (unless told not to), and writes the split's two sides, every corpus concatenated,
-to ``OUT/train.SRC`` ``OUT/train.TGT``, ``valid.*`` and ``test.*``.
-
-usage: python -m fairseq_csan.recipes.corpora TASK --raw-dir RAW --out OUT [--no-download] [--force]
-       python -m fairseq_csan.recipes.corpora TASK --list          (what the raw folder must hold)
-
-A missing corpus stops it with the file that is missing and where to get it. Outputs are
-written to a temporary name and renamed, so an interrupted run never leaves a file that
-looks finished; existing outputs are kept unless --force is given.
+they come in and the archive's official location. :func:`locate_split` finds each corpus in the
+raw folder (plain text, an official SGM file, or an ``A ||| B`` ASPEC file), extracts a downloaded
+archive when only the archive is there, and downloads a public archive when neither is there
+(unless told not to); :func:`write_split` writes the split's two sides, every corpus
+concatenated. A missing corpus is refused with the file that is missing and where to get it.
 """
 
-import argparse
 import re
-import sys
 import tarfile
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import text
-from .runner import atomic
+from .runner import Refusal, say
+from .text import iter_lines
 
 WMT17 = "https://data.statmt.org/wmt17/translation-task"
 WMT17_PAGE = "https://www.statmt.org/wmt17/translation-task.html"
@@ -235,20 +226,12 @@ TASKS = {
 for _name, _task in TASKS.items():
     _task.name = _name
 
-LANG = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]+)?")  # a language code as file suffix: en, fr, pt_BR, yue
-
 
 def files_task(src: str, tgt: str, train: str, valid: str, tests: List[str]) -> Task:
     """The user's own corpus: each split one pair of line-aligned files PREFIX.SRC and PREFIX.TGT;
     the first test set is the split ``test``, further ones ``test1``, ``test2``, ..."""
-    for flag, lang in (("--src", src), ("--tgt", tgt)):
-        if not LANG.fullmatch(lang):
-            raise ValueError(f"{flag} {lang!r} is not a language code: two or three lower-case letters, "
-                             "optionally with a _REGION (en, fr, zh, ja, pt_BR)")
     if src == tgt:
-        raise ValueError(f"--src and --tgt are both {src}: give two languages")
-    if not tests:
-        raise ValueError("give at least one --test PREFIX")
+        raise Refusal(f"--src and --tgt are both {src}: give two languages")
 
     def corpus(label, prefix):
         return [Corpus(f"{label} {prefix}", [{src: f"{prefix}.{src}", tgt: f"{prefix}.{tgt}"}],
@@ -279,21 +262,9 @@ def clean_line(line: str) -> str:
     return " ".join(line.split())
 
 
-class Missing(Exception):
-    pass
-
-
-def text_lines(path: Path):
-    """text.iter_lines (lines end at "\\n" only, the BOM removed), an undecodable byte as Missing."""
-    try:
-        yield from text.iter_lines(path)
-    except text.TextError as error:
-        raise Missing(str(error)) from None
-
-
 def read_side(path: Path, column: Optional[int] = None) -> List[str]:
     """The segments of one side: a plain text file, a WMT SGM file or an ASPEC column."""
-    lines = text_lines(path)
+    lines = iter_lines(path)
     if path.name.endswith((".sgm", ".sgm.gz")):
         # as sacreBLEU reads SGM: the text between the <seg> tags, not unescaped
         return [clean_line(m.group(1)) for line in lines if (m := SEG.search(line))]
@@ -303,7 +274,7 @@ def read_side(path: Path, column: Optional[int] = None) -> List[str]:
     for number, line in enumerate(lines, 1):
         parts = line.split(" ||| ")
         if len(parts) <= column:
-            raise Missing(f"{path}:{number}: expected at least {column + 1} "
+            raise Refusal(f"{path}:{number}: expected at least {column + 1} "
                           f"' ||| '-separated fields, found {len(parts)}")
         out.append(clean_line(parts[column]))
     return out
@@ -328,7 +299,7 @@ def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
         wanted = f"{raw / corpus.folder}/NAME.{langs[0]} + NAME.{langs[1]} pairs"
     else:
         wanted = " or ".join(" + ".join(str(raw / layout[lang]) for lang in langs) for layout in corpus.layouts)
-    lines = [f"{task_name}: missing {corpus.name}: expected {wanted} (each may be gzipped, NAME.gz)."]
+    lines = [f"{task_name}: missing {corpus.name}: expected {wanted} (each may be gzipped, NAME.gz)"]
     for layout in corpus.layouts:
         found = {lang: present(raw / layout[lang]) for lang in langs}
         if len([lang for lang in langs if found[lang]]) == 1:
@@ -337,19 +308,19 @@ def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
             lines.insert(0, f"{task_name}: {corpus.name}: found the {have} side "
                             f"{found[have]} but not the {other} side {raw / layout[other]}")
     if corpus.url:
-        lines.append(f"  It comes in {corpus.archive} from {corpus.url}; put the archive or the "
-                     f"extracted files in {raw}, or run without --no-download to fetch it.")
+        lines.append(f"it comes in {corpus.archive} from {corpus.url}: put the archive or the extracted files in "
+                     f"{raw}, or run without --no-download to fetch it")
     elif corpus.archive:
-        lines.append(f"  Put {corpus.archive} (or the extracted files) in {raw}: {corpus.where}.")
+        lines.append(f"put {corpus.archive} (or the extracted files) in {raw}: {corpus.where}")
     else:
-        lines.append(f"  {corpus.where}.")
-    return "\n".join(lines)
+        lines.append(corpus.where)
+    return "; ".join(lines)
 
 
 def download(url: str, dest: Path):
     """Fetch ``url`` to ``dest`` through a .part file, reporting progress to stderr."""
     part = dest.with_name(dest.name + ".part")
-    print(f"[corpora] downloading {url}", file=sys.stderr)
+    say(f"downloading {url}")
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
             total = int(response.headers.get("Content-Length") or 0)
@@ -360,16 +331,16 @@ def download(url: str, dest: Path):
                 if done - shown >= 100 << 20:
                     shown = done
                     of = f" of {total >> 20} MiB" if total else ""
-                    print(f"[corpora]   {done >> 20} MiB{of}", file=sys.stderr)
+                    say(f"  {done >> 20} MiB{of}")
     except Exception as error:  # urllib raises several kinds; all mean the same to the user
         part.unlink(missing_ok=True)
-        raise Missing(f"download of {url} failed ({error}).\n  Download it yourself and put it "
-                      f"at {dest}, then run again.") from error
+        raise Refusal(f"download of {url} failed ({error}): download it yourself and put it at {dest}, then run "
+                      "again") from error
     part.rename(dest)
 
 
 def extract(archive: Path, into: Path):
-    print(f"[corpora] extracting {archive}", file=sys.stderr)
+    say(f"extracting {archive}")
     with tarfile.open(archive) as tar:
         if hasattr(tarfile, "data_filter"):  # refuse absolute paths and links out of the folder
             tar.extractall(into, filter="data")
@@ -387,9 +358,9 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
                   for lang in langs} for stem in stems]
         for pair in pairs:
             if not pair[langs[1]].is_file():
-                raise Missing(f"{task_name}: {pair[langs[0]]} has no partner {pair[langs[1]]}")
+                raise Refusal(f"{task_name}: {pair[langs[0]]} has no partner {pair[langs[1]]}")
         if not pairs:
-            raise Missing(missing_message(task_name, corpus, raw, langs))
+            raise Refusal(missing_message(task_name, corpus, raw, langs))
         return pairs
     found = find_layout(corpus, raw, langs)
     if found is None and corpus.archive:
@@ -401,10 +372,10 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
             extract(archive, raw)
             found = find_layout(corpus, raw, langs)
             if found is None:
-                raise Missing(f"{task_name}: {archive} did not hold the files of {corpus.name}.\n"
+                raise Refusal(f"{task_name}: {archive} did not hold the files of {corpus.name}; "
                               + missing_message(task_name, corpus, raw, langs))
     if found is None:
-        raise Missing(missing_message(task_name, corpus, raw, langs))
+        raise Refusal(missing_message(task_name, corpus, raw, langs))
     return [found]
 
 
@@ -428,32 +399,14 @@ def write_split(task, split: str, located, targets: Dict[str, Path]) -> int:
         for corpus, files in located:
             sides = {lang: read_side(files[lang], corpus.fields[lang] if corpus.fields else None) for lang in langs}
             if len(sides[langs[0]]) != len(sides[langs[1]]):
-                raise Missing(f"{task_name}: {corpus.name} is not line-aligned: "
+                raise Refusal(f"{task_name}: {corpus.name} is not line-aligned: "
                               f"{files[langs[0]]} has {len(sides[langs[0]])} segments, "
                               f"{files[langs[1]]} has {len(sides[langs[1]])}")
             out_src.writelines(line + "\n" for line in sides[langs[0]])
             out_tgt.writelines(line + "\n" for line in sides[langs[1]])
             total += len(sides[langs[0]])
-            print(f"[corpora] {split}: {corpus.name} ({files[langs[0]].name}): "
-                  f"{len(sides[langs[0]]):,} pairs", file=sys.stderr)
+            say(f"{split}: {corpus.name} ({files[langs[0]].name}): {len(sides[langs[0]]):,} pairs")
     return total
-
-
-def gather(task_name: str, raw: Path, out: Path, allow_download=True, force=False):
-    task = TASKS[task_name]
-    langs = (task.src, task.tgt)
-    out.mkdir(parents=True, exist_ok=True)
-    for split in task.splits:
-        targets = {lang: out / f"{split}.{lang}" for lang in langs}
-        if all(p.is_file() for p in targets.values()) and not force:
-            print(f"[corpora] {split}: {targets[langs[0]].name} and {targets[langs[1]].name} exist; kept",
-                  file=sys.stderr)
-            continue
-        with atomic(*targets.values()) as parts:
-            total = write_split(task_name, split, locate_split(task_name, split, raw, allow_download),
-                                dict(zip(targets, parts)))
-        print(f"[corpora] {split}: {total:,} pairs in {targets[langs[0]]} / {targets[langs[1]].name}",
-              file=sys.stderr)
 
 
 def listing(task_name: str) -> str:
@@ -472,30 +425,3 @@ def listing(task_name: str) -> str:
                 source = corpus.url or corpus.where or ""
                 rows.append(f"{split}\t{corpus.name}\t{paths}\t{corpus.archive or ''}\t{source}")
     return "\n".join(rows)
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=sorted(TASKS))
-    parser.add_argument("--raw-dir", type=Path, help="folder holding (or receiving) the raw corpora")
-    parser.add_argument("--out", type=Path, help="folder for train/valid/test.{src,tgt}")
-    parser.add_argument("--no-download", action="store_true", help="never download; fail on a missing corpus")
-    parser.add_argument("--force", action="store_true", help="rewrite outputs that exist")
-    parser.add_argument("--list", action="store_true", help="print what the raw folder must hold, and exit")
-    args = parser.parse_args(argv)
-    if args.list:
-        print(listing(args.task))
-        return
-    if args.raw_dir is None or args.out is None:
-        parser.error("--raw-dir and --out are required (or --list)")
-    try:
-        gather(args.task, args.raw_dir, args.out, allow_download=not args.no_download, force=args.force)
-    except Missing as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    from .runner import as_command
-
-    as_command(main)

@@ -24,23 +24,18 @@ export.json does not list or one changed by hand since) is never replaced, and a
 holds or lies inside the checkpoint or the task folder is refused.
 """
 
-import argparse
-import json
 import shutil
-import sys
 from pathlib import Path
-from typing import List
 
 from . import decoding
-from .runner import Refusal, WriterLock, listing, refuse_overlaps, replace_folder, save_torch
-from .task import NotATask, PreparedTask
+from .command_line import Parser
+from .runner import EXPORT, Refusal, WriterLock, check_made_from, refuse_overlaps, replace_folder, save_torch, say
+from .runner.records import theirs
+from .task import PreparedTask
 
 TOKENIZER = "csan_recipe"
 BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model", "merges.txt", "vocab.json")  # as from_pretrained finds them
-
-
-class ExportError(Exception):
-    pass
+MAKERS = ("export", "convert")  # the commands that write model folders
 
 
 def encoders_of(task: PreparedTask):
@@ -68,7 +63,8 @@ def load_state(checkpoint: Path, overrides: dict) -> dict:
     try:
         return checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides=overrides)
     except Exception as error:  # a damaged or foreign file: say which
-        raise ExportError(f"cannot read the checkpoint {checkpoint}: {type(error).__name__}: {error}") from None
+        raise Refusal(f"cannot read the checkpoint {checkpoint} (damaged or not a fairseq checkpoint: "
+                      f"{(str(error).strip().splitlines() or [type(error).__name__])[0]})") from None
 
 
 def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> dict:
@@ -78,18 +74,13 @@ def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> dic
     ``made_from`` (records.made_from), for the record of what is made of it."""
     from fairseq.data import Dictionary
 
-    from .runner import Damaged, OtherData, check_made_from
-
-    try:
-        now = check_made_from(checkpoint, task.data_bin, str(task.root))
-    except (OtherData, Damaged) as error:
-        raise ExportError(str(error)) from None
+    now = check_made_from(checkpoint, task.data_bin, str(task.root))
     weights = state["model"]
     for side, lang in (("encoder", task.src), ("decoder", task.tgt)):
         table = weights.get(f"{side}.embed_tokens.weight")
         size = len(Dictionary.load(str(task.data_bin / f"dict.{lang}.txt")))
         if table is not None and table.shape[0] != size:
-            raise ExportError(f"{checkpoint} was not trained on {task.root}: its {side} has {table.shape[0]} "
+            raise Refusal(f"{checkpoint} was not trained on {task.root}: its {side} has {table.shape[0]} "
                               f"embeddings, dict.{lang}.txt has {size} entries; give the task folder it was "
                               "trained on")
     return now
@@ -111,94 +102,65 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
     for lang in (task.src, task.tgt):
         shutil.copyfile(task.data_bin / f"dict.{lang}.txt", folder / f"dict.{lang}.txt")
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")
-    about = {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
-             "made_from": made_from,  # the task's dictionaries and training data it was checked against
-             **dict(zip(("tokenizer", "bpe"), encoders_of(task))), "pretokenized": bool(task.pretokenized),
-             **decoding.generation_overrides(),
-             "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}}
-    (folder / "export.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
-
-
-def not_written_by_export(folder: Path) -> List[Path]:
-    """The files of ``folder`` that export (or convert) did not write, as they are now: every
-    file without a readable export.json, else those it does not list and those whose SHA-256
-    differs from its record (changed by hand since)."""
-    from fairseq_csan.model_folder import sha256
-
-    found = sorted(p for p in folder.rglob("*") if not p.is_dir() or p.is_symlink())
-    try:
-        files = json.loads((folder / "export.json").read_text(encoding="utf-8"))["files"]
-        files = dict(files)
-    except (OSError, ValueError, KeyError, TypeError):
-        return found
-    return [p for p in found if p != folder / "export.json"
-            and (p.parent != folder or p.is_symlink() or p.name not in files or sha256(p) != files[p.name])]
+    return {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
+            "made_from": made_from,  # the task's dictionaries and training data it was checked against
+            **dict(zip(("tokenizer", "bpe"), encoders_of(task))), "pretokenized": bool(task.pretokenized),
+            **decoding.generation_overrides()}
 
 
 def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
     """Write the model folder; 'written', 'replaced' or 'unchanged'."""
-    try:
-        task = PreparedTask.open(data)
-    except NotATask as error:
-        raise ExportError(str(error)) from None
+    task = PreparedTask.open(data)
     if not checkpoint.is_file():
-        raise ExportError(f"no checkpoint {checkpoint}")
+        raise Refusal(f"--checkpoint {checkpoint}: no such file")
     codes = task.codes(task.src)
     if not codes.is_file():
-        raise ExportError(f"no BPE codes {codes} (prepare {data} again with the command that made it)")
+        raise Refusal(f"no BPE codes {codes} (prepare {data} again with the command that made it)")
+    refuse_overlaps({"--out": out}, {"--data": data, "--checkpoint": checkpoint})
+    return write_model_folder(out, lambda folder: write_folder(task, checkpoint, folder), force, "export")
+
+
+def write_model_folder(out: Path, fill, force: bool, by: str) -> str:
+    """The model folder ``out``, written whole (runner.replace_folder) under its lock (``.OUT.lock``
+    beside it): ``fill(folder)`` writes its files and returns what export.json says of them, to
+    which the seal adds ``by`` and each file's SHA-256 (the one place export.json is written).
+    'written', 'replaced' or 'unchanged'. An ``out`` holding a file that export or convert did not
+    write (its export.json's record), or one changed since, is refused; one holding another model
+    is replaced only with ``force``."""
+    from fairseq_csan.model_folder import sha256
+
     if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} exists and is not a folder")
-    if out.resolve() == task.root.resolve() or task.root.resolve() in out.resolve().parents:
-        raise ExportError(f"{out} is inside the task folder {data}; give a folder elsewhere")
-    try:
-        refuse_overlaps({"--out": out}, {"--data": data, "--checkpoint": checkpoint})
-    except Refusal as error:
-        raise ExportError(str(error)) from None
-    return write_model_folder(out, lambda folder: write_folder(task, checkpoint, folder), force)
+        raise Refusal(f"--out {out} exists and is not a folder")
+    foreign = theirs([out], MAKERS, changed=True) if out.is_dir() else []
+    if foreign:
+        raise Refusal(f"--out {out} is not a model folder that export or convert wrote (it holds {foreign[0]}, which "
+                      "they did not write or which changed since); give another --out (nothing was changed)")
 
-
-def write_model_folder(out: Path, write, force: bool, by: str = "export") -> str:
-    """``write(folder)`` as the model folder ``out`` (runner.replace_folder), under its lock
-    (``.OUT.lock`` beside it): 'written', 'replaced' or 'unchanged'. An ``out`` holding a file
-    that export or convert did not write (export.json's record) is refused; one holding another
-    model is replaced only with ``force``."""
-    theirs = not_written_by_export(out) if out.is_dir() else []
-    if theirs:
-        raise ExportError(f"{out} is not a model folder that {by} wrote (it holds {listing(theirs)}, which {by} did not "
-                          "write or which changed since); give another --out (nothing was changed)")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    def sealed(folder):
+        about = fill(folder)
+        EXPORT.write(folder, {**about, "by": by, "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}})
 
     def may_replace(_old):
         if not force:
-            raise ExportError(f"{out} holds another model folder that {by} wrote; pass --force to replace it, "
-                              "or give another --out")
+            raise Refusal(f"--out {out} holds another model folder that {by} wrote; pass --force to replace it, or give "
+                          "another --out")
 
-    try:
-        lock = WriterLock(out, folder=False, what=by).acquire()
-    except Refusal as error:
-        raise ExportError(str(error)) from None
-    try:
-        return replace_folder(out, write, may_replace)
-    finally:
-        lock.release()
+    with WriterLock(out, folder=False, what=by):
+        return replace_folder(out, sealed, may_replace, lambda old: not theirs([old], MAKERS, changed=True))
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.export", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p = Parser(prog="python -m fairseq_csan.recipes.export", description=__doc__.split("\n\n")[0],
+               epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     p.add_argument("--data", required=True, type=Path, help="the prepared task folder the model was trained on")
     p.add_argument("--checkpoint", required=True, type=Path,
                    help="the checkpoint: evaluate.sh's averaged.pt, or checkpoint_best.pt")
     p.add_argument("--out", required=True, type=Path, help="the model folder to write")
     p.add_argument("--force", action="store_true", help="replace an existing, different model folder that export wrote")
-    args = p.parse_args(argv)
-    try:
-        how = export(args.data, args.checkpoint, args.out, args.force)
-    except ExportError as error:
-        p.error(str(error))
-    print(f"[export] {args.out}: {how} (model.pt, dict.*.txt, bpecodes; translate with "
-          f"python -m fairseq_csan.recipes.translate --model {args.out} --input FILE)", file=sys.stderr)
+    args, _ = p.read(argv)
+    how = export(args.data, args.checkpoint, args.out, args.force)
+    say(f"{args.out}: {how} (model.pt, dict.*.txt, bpecodes; translate with python -m fairseq_csan.recipes.translate "
+        f"--model {args.out} --input FILE)")
 
 
 if __name__ == "__main__":
@@ -230,16 +192,16 @@ def folder_model(folder: Path) -> dict:
     """What a model folder's checkpoint says of its model: its architecture, languages, the
     flags of its shape and variant (flag -> value, as fairseq-train takes them), its dictionaries'
     files and the checkpoint's SHA-256. A damaged folder (export's seal) or one without model.pt
-    and its dictionaries raises ExportError, naming the file."""
+    and its dictionaries is refused, naming the file."""
     from fairseq_csan.model_folder import DamagedModelFolder, sha256, verify
 
     checkpoint = folder / "model.pt"
     if not checkpoint.is_file():
-        raise ExportError(f"{folder} is not a model folder: it has no model.pt")
+        raise Refusal(f"{folder} is not a model folder: it has no model.pt")
     try:
         verify(folder)
     except DamagedModelFolder as error:
-        raise ExportError(str(error)) from None
+        raise Refusal(str(error)) from None
     state = load_state(checkpoint, {"data": str(folder)})  # (registers the plugin, before its modules are imported)
     from fairseq_csan.modules.registry import SELF_ATTENTION_VARIANTS, model_defining_flags
 
@@ -253,21 +215,21 @@ def folder_model(folder: Path) -> dict:
     dicts = {lang: folder / f"dict.{lang}.txt" for lang in (task.source_lang, task.target_lang)}
     for path in dicts.values():
         if not path.is_file():
-            raise ExportError(f"{folder} has no {path.name}")
+            raise Refusal(f"{folder} has no {path.name}")
     return {"arch": arch, "src": task.source_lang, "tgt": task.target_lang, "shape": shape, "dicts": dicts,
             "checkpoint": checkpoint, "sha256": sha256(checkpoint), "hub": hub_settings(state["cfg"])}
 
 
 def fits_task(model: dict, flag: str, src: str, tgt: str, data_bin: Path, task_root) -> None:
     """A folder's model (``folder_model``'s) on a task: the same languages and the task's
-    dictionaries word for word (prepare files --like FOLDER makes them); else ExportError naming
+    dictionaries word for word (prepare files --like FOLDER makes them); else a refusal naming
     ``flag`` and what to do."""
     if (model["src"], model["tgt"]) != (src, tgt):
-        raise ExportError(f"{flag} translates {model['src']}-{model['tgt']}, {task_root} is {src}-{tgt}")
+        raise Refusal(f"{flag} translates {model['src']}-{model['tgt']}, {task_root} is {src}-{tgt}")
     folder = model["checkpoint"].parent
     for lang, path in model["dicts"].items():
         if dictionary_words(path) != dictionary_words(data_bin / f"dict.{lang}.txt"):
-            raise ExportError(f"{data_bin}/dict.{lang}.txt is not the dictionary of {flag}: prepare the corpus "
+            raise Refusal(f"{data_bin}/dict.{lang}.txt is not the dictionary of {flag}: prepare the corpus "
                               f"with its vocabulary (prepare files ... --like {folder})")
 
 

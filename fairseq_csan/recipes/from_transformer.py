@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import List
 
-from .runner import run_child, shell_words
+from .command_line import Parser
+from .runner import Refusal, run_child, say, shell_words
 
 PYTHON = [sys.executable, "-m"]  # the kit's commands, as this package's modules (scripts/*.sh run the same)
 SPLITS = ("train", "val", "test_2016_flickr")  # Multi30k's raw files, as the README unpacks them
@@ -45,7 +46,7 @@ def at_least_16(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bash examples/multi30k/convert.sh", description=__doc__.split("\n\n")[1])
+    p = Parser(prog="bash examples/multi30k/convert.sh", description=__doc__.split("\n\n")[1])
     p.add_argument("--model", type=Path, required=True, metavar="FOLDER",
                    help="the Transformer's model folder: the quick start's (WORK/model_transformer of "
                         "ARCH=transformer bash examples/quickstart.sh, on Multi30k) or any en-de one")
@@ -95,29 +96,23 @@ def plan(o) -> List[List[str]]:
 
 
 def main(argv=None) -> None:
-    p = parser()
-    o = p.parse_args(argv)
+    o, _ = parser().read(argv)
     if "transformer" in o.archs:
-        p.error("--archs: the Transformer is always trained on (every bootstrap's baseline); name the conversions only")
+        raise Refusal("--archs: the Transformer is always trained on (every bootstrap's baseline); name the conversions "
+                      "only")
     if not (o.model / "model.pt").is_file():
-        p.error(f"--model {o.model}: no model folder there (no model.pt)")
+        raise Refusal(f"--model {o.model}: no model folder there (no model.pt)")
     for split in SPLITS:
         for lang in ("en", "de"):
             if not (o.raw_dir / f"{split}.{lang}").is_file():
-                p.error(f"--raw-dir: no {o.raw_dir / f'{split}.{lang}'} (Multi30k's raw files, as the README unpacks them)")
+                raise Refusal(f"--raw-dir: no {o.raw_dir / f'{split}.{lang}'} (Multi30k's raw files, as the README unpacks "
+                              "them)")
     for command in plan(o):
         print(f"+ {shell_words(command)}", file=sys.stderr, flush=True)
-        if o.dry_run:
-            continue
-        ended = run_child(command, with_parent=True, name=command[2])
-        if ended.signal:  # Ctrl-C or a kill: the child said how it stopped
-            raise SystemExit(ended.code)
-        if ended.code != 0:
-            print(f"convert.sh: {command[2]} failed (exit {ended.code}); the commands above it are done, and a rerun "
-                  "goes on from it", file=sys.stderr, flush=True)
-            raise SystemExit(ended.code)
+        if not o.dry_run:  # a failure: the commands above it are done, and a rerun goes on from it
+            run_child(command, name=command[2])
     if not o.dry_run:
-        print(f"tables: {o.work / 'sacrebleu.md'} {o.work / 'chrf.md'}", file=sys.stderr)
+        say(f"tables: {o.work / 'sacrebleu.md'} {o.work / 'chrf.md'}")
 
 
 if __name__ == "__main__":

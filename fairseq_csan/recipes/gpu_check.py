@@ -40,7 +40,6 @@ GPU hour is spent.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shlex
 import sys
@@ -49,7 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List
 
-from .runner import GPU_STEP, Damaged, Refusal, WriterLock, listing, run_child, write_atomically
+from .command_line import Parser, items, positive
+from .runner import Damaged, Failed, Kind, Refusal, WriterLock, listing, run_child, say, write_file
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
@@ -89,37 +89,26 @@ class Step:
         return "python -m " + " ".join(shlex.quote(str(w)) for w in self.argv)
 
 
-def whole(flag):
-    def parse(text):
-        if not text.isdigit() or int(text) < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be a whole number of 1 or more, got '{text}'")
-        return int(text)
-    return parse
+def listed(allowed):
+    """A comma-separated list of ``allowed`` names, at least one, none twice."""
+    parse = items(str, allowed=allowed)
 
-
-def listed(flag, allowed):
-    def parse(text):
-        items = [item for item in text.split(",") if item]
-        for item in items:
-            if item not in allowed:
-                raise argparse.ArgumentTypeError(f"{flag} takes {', '.join(allowed[:-1])} and {allowed[-1]}, got '{item}'")
-        if not items:
-            raise argparse.ArgumentTypeError(f"{flag} needs at least one of {', '.join(allowed)}")
-        twice = sorted({item for item in items if items.count(item) > 1})
-        if twice:
-            raise argparse.ArgumentTypeError(f"{flag} lists {', '.join(twice)} twice")
-        return items
-    return parse
+    def parse_some(text):
+        found = parse(text)
+        if not found:
+            raise argparse.ArgumentTypeError(f"needs at least one of {', '.join(allowed)}")
+        return found
+    return parse_some
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="logs, tables, the Multi30k runs and what each finished step was (default runs/gpu_check, "
                         "runs/gpu_rehearsal with --rehearse; relative to where it is called)")
-    p.add_argument("--only", type=listed("--only", STEPS), default=list(STEPS), metavar="LIST",
+    p.add_argument("--only", type=listed(STEPS), default=list(STEPS), metavar="LIST",
                    help="the steps to run, comma-separated (default: tests,benchmark,multi30k)")
-    p.add_argument("--precisions", type=listed("--precisions", PRECISIONS), metavar="LIST",
+    p.add_argument("--precisions", type=listed(PRECISIONS), metavar="LIST",
                    help="the benchmark's precisions, comma-separated (default fp32,fp16,bf16)")
     p.add_argument("--lengths-from", type=Path, metavar="PREFIX",
                    help="the benchmark's sentence lengths from an .en/.de pair (default: newstest2014's, shipped)")
@@ -128,28 +117,28 @@ def parse(argv=None):
     p.add_argument("--multi30k-model", choices=("tiny", "small"),
                    help="the Multi30k model (multi30k.py --model; default small, the size expected to reach 38 BLEU "
                         "or more; tiny with --rehearse)")
-    p.add_argument("--multi30k-updates", type=whole("--multi30k-updates"), metavar="N",
+    p.add_argument("--multi30k-updates", type=positive, metavar="N",
                    help="training updates per Multi30k run (default: the model's, 8000 for small; 12 with --rehearse)")
-    p.add_argument("--multi30k-seeds", type=whole("--multi30k-seeds"), metavar="N",
+    p.add_argument("--multi30k-seeds", type=positive, metavar="N",
                    help="seeds 1..N of each system, one piece (step) each (default 3)")
-    p.add_argument("--multi30k-jobs", type=whole("--multi30k-jobs"), metavar="N",
+    p.add_argument("--multi30k-jobs", type=positive, metavar="N",
                    help="Multi30k runs sharing the device at once (default 4; 2 with --rehearse)")
     p.add_argument("--multi30k-systems", metavar="LIST",
                    help="the Multi30k systems, comma-separated (multi30k.py --systems; default: all of them)")
-    p.add_argument("--budget-minutes", type=whole("--budget-minutes"), metavar="N",
+    p.add_argument("--budget-minutes", type=positive, metavar="N",
                    help="start no step that would end after N minutes: stop between steps (exit status 3); run the "
                         "same command again to go on")
     p.add_argument("--rehearse", action="store_true",
                    help="every step for real at toy size on the CPU (the checks that need CUDA are skipped and named)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the steps, and the input a run would stop at, and exit (works without a GPU)")
-    args = p.parse_args(argv)
+    args, _ = p.read(argv)
     steps_of = {"--precisions": "benchmark", "--lengths-from": "benchmark", "--raw-dir": "multi30k",
                 "--multi30k-model": "multi30k", "--multi30k-updates": "multi30k", "--multi30k-seeds": "multi30k",
                 "--multi30k-jobs": "multi30k", "--multi30k-systems": "multi30k"}
     for flag, step in steps_of.items():
         if getattr(args, flag[2:].replace("-", "_")) is not None and step not in args.only:
-            p.error(f"{flag} sets the {step} step, which --only {','.join(args.only)} leaves out")
+            raise Refusal(f"{flag} sets the {step} step, which --only {','.join(args.only)} leaves out")
     args.precisions = args.precisions or list(PRECISIONS)
     args.out = (args.out or Path("runs/gpu_rehearsal" if args.rehearse else "runs/gpu_check")).resolve()
     if args.lengths_from is not None:
@@ -163,9 +152,9 @@ def parse(argv=None):
         from .multi30k import SYSTEMS
 
         try:
-            args.multi30k_systems = listed("--multi30k-systems", tuple(SYSTEMS))(args.multi30k_systems)
+            args.multi30k_systems = listed(tuple(SYSTEMS))(args.multi30k_systems)
         except argparse.ArgumentTypeError as e:
-            p.error(str(e))
+            raise Refusal(f"--multi30k-systems: {e}") from None
     return args
 
 
@@ -218,9 +207,9 @@ def missing_input(args) -> str:
     return ""
 
 
-def step_record(name: str):
-    """The record kind of one step, OUT/.steps/NAME.json (records.GPU_STEP)."""
-    return dataclasses.replace(GPU_STEP, file=f"{name}.json")
+# one step's record, OUT/.steps/NAME.json: its command, machine, status, time and outputs
+STEP_RECORD = Kind("gpu-check step", "STEP.json", {"command": "text", "machine": "text", "status": "text",
+                                                   "seconds": "float", "finished": "text", "outputs": "list"})
 
 
 def run_step(step: Step, log: Path, env: dict) -> int:
@@ -228,21 +217,13 @@ def run_step(step: Step, log: Path, env: dict) -> int:
     steps take absolute paths and run where gpu_check was started, as an installed package has no
     clone to go to); a SIGTERM, SIGINT or SIGHUP to this command (a job's time limit, Ctrl-C)
     goes to the step's whole process group (the trainings it starts included), which gets 20
-    seconds before it is killed; then this command exits."""
-    ended = run_child([sys.executable, "-m", *step.argv], log, env=env, cwd=ROOT if step.kind == "tests" else None,
-                      with_parent=True, whole_group=True, kill_after=20, name=step.name, say=say)
-    if ended.signal:
-        raise SystemExit(ended.code)
-    return ended.code
-
-
-def say(message: str) -> None:
-    print(f"[gpu_check] {message}", file=sys.stderr, flush=True)
-
-
-def die(message: str, status: int = 2):
-    say(f"error: {message}")
-    raise SystemExit(status)
+    seconds before it is killed; then this command ends. Its exit status."""
+    try:
+        run_child([sys.executable, "-m", *step.argv], log, env=env, cwd=ROOT if step.kind == "tests" else None,
+                  group=True, kill_after=20, name=step.name, record=True)
+    except Failed as error:
+        return error.code
+    return 0
 
 
 def minutes(seconds: float) -> str:
@@ -309,84 +290,82 @@ def paste_ready(args, machine: str, day: str, passed) -> str:
     return "\n\n".join(blocks)
 
 
-def main(argv=None) -> None:
-    args = parse(argv)
-    steps = plan(args)
-    if args.dry_run:
-        say(f"{'a rehearsal at toy size on the CPU: ' if args.rehearse else ''}the logs and tables would go to {args.out}")
-        for step in steps:
-            print(f"{step.name}: {step.shown}")
-        if args.budget_minutes:
-            say(f"--budget-minutes {args.budget_minutes}: a run starts no step that would end after "
-                f"{args.budget_minutes} minutes, and stops between steps (exit status {UNFINISHED})")
-        problem = missing_input(args)
-        if problem:
-            say(f"a run would stop before any GPU work: {problem}")
-        return
+def dry_run(args, steps: List[Step]) -> None:
+    say(f"{'a rehearsal at toy size on the CPU: ' if args.rehearse else ''}the logs and tables would go to {args.out}")
+    for step in steps:
+        print(f"{step.name}: {step.shown}")
+    if args.budget_minutes:
+        say(f"--budget-minutes {args.budget_minutes}: a run starts no step that would end after {args.budget_minutes} "
+            f"minutes, and stops between steps (exit status {UNFINISHED})")
+    if missing_input(args):
+        say(f"a run would stop before any GPU work: {missing_input(args)}")
+
+
+def claim(args) -> None:
+    """Before any work: a GPU (or a rehearsal), the inputs, and an --out of gpu_check's own, locked."""
     import torch
 
-    if not args.rehearse:
-        if not torch.cuda.is_available():
-            die("no CUDA device here: these checks need a GPU (--dry-run lists them, --rehearse runs them at toy "
-                "size on the CPU; the CPU-side checks are the normal test suite)")
-    problem = missing_input(args)
-    if problem:
-        die(problem)
+    if not args.rehearse and not torch.cuda.is_available():
+        raise Refusal("no CUDA device here: these checks need a GPU (--dry-run lists them, --rehearse runs them at toy "
+                      "size on the CPU; the CPU-side checks are the normal test suite)")
+    if missing_input(args):
+        raise Refusal(missing_input(args))
     if not args.rehearse and "benchmark" in args.only and "bf16" in args.precisions and not torch.cuda.is_bf16_supported():
-        die("--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16")
+        raise Refusal("--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16")
     if args.out.exists() and not args.out.is_dir():
-        die(f"--out {args.out} is a file: give a folder")
+        raise Refusal(f"--out {args.out} is a file: give a folder")
     theirs = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
     if theirs and not (args.out / ".steps").is_dir():  # a folder gpu_check never wrote: its summary.md, ... are someone's
-        die(f"--out {args.out} holds files gpu_check did not write ({listing(theirs)}); give a new or empty folder "
-            "(nothing was changed)")
-    try:
-        lock = WriterLock(args.out, folder=True, what="gpu_check").acquire()  # noqa: F841  (held to the end)
-    except Refusal as error:
-        die(str(error))
-    stamps = args.out / ".steps"
-    stamps.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
+        raise Refusal(f"--out {args.out} holds files gpu_check did not write ({listing(theirs)}); give a new or empty "
+                      "folder (nothing was changed)")
+    WriterLock(args.out, folder=True, what="gpu_check").acquire()  # held to the end
+
+
+def kept(step: Step, record: dict, machine: str) -> bool:
+    """A step finished before: the same command, on the same machine and software, passed, its outputs there."""
+    return (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
+        and all(Path(path).exists() for path in record.get("outputs", []))
+
+
+def run_steps(args, steps: List[Step], machine: str) -> list:
+    """Each step, or kept; none started that would end after the budget (exit status 3)."""
+    stamps, env = args.out / ".steps", dict(os.environ)
     if args.rehearse:  # one thread a process, and no GPU even where there is one: the CPU rehearses
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    machine = device_text(args)
-    say(f"{machine}; {len(steps)} steps, logs in {args.out}")
     started, results, ran = time.time(), [], 0
     for number, step in enumerate(steps, 1):
         try:  # none, or a damaged one (cut short, changed by hand): the step runs again
-            record = step_record(step.name).read(stamps) or {}
+            record = STEP_RECORD.read(stamps, f"{step.name}.json") or {}
         except Damaged:
             record = {}
         log = args.out / f"{step.name}.log"
-        # kept: the same command, on the same machine and software, passed, and its outputs are there
-        if (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
-                and all(Path(path).exists() for path in record.get("outputs", [])):
+        if kept(step, record, machine):
             say(f"{number}/{len(steps)} {step.name}: finished before ({record['finished']}, {minutes(record['seconds'])}); kept")
             results.append((step.name, "passed", record["seconds"], log))
             continue
-        expected = record.get("seconds") if record.get("status") == "passed" else None  # its last success here
-        source = "as the last time it ran" if expected else "an estimate"
-        expected = expected or ESTIMATE[args.rehearse][step.kind]
+        last = record.get("seconds") if record.get("status") == "passed" else None  # its last success here
+        expected, source = last or ESTIMATE[args.rehearse][step.kind], "as the last time it ran" if last else "an estimate"
         spent = time.time() - started
         # the first step of a start always runs (a budget below one step would otherwise never progress)
         if args.budget_minutes and ran and spent + expected > args.budget_minutes * 60:
-            left = len(steps) - number + 1
             say(f"--budget-minutes {args.budget_minutes}: stopping before {step.name}, expected to take about "
                 f"{minutes(expected)} ({source}) with {minutes(max(0, args.budget_minutes * 60 - spent))} left; "
-                f"{left} step(s) to go: run the same command again to go on")
+                f"{len(steps) - number + 1} step(s) to go: run the same command again to go on")
             raise SystemExit(UNFINISHED)
         say(f"{number}/{len(steps)} {step.name}: expected about {minutes(expected)} ({source}): {step.shown}")
-        begun = time.time()
-        status = run_step(step, log, env)
-        seconds = time.time() - begun
-        ran += 1
-        outcome = "passed" if status == 0 else f"FAILED (exit {status})"
-        step_record(step.name).write(stamps, {
-            "command": step.shown, "machine": machine, "status": outcome.split(" ")[0].lower(),
-            "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M"),
-            "outputs": [str(path) for path in step.outputs]})
+        begun, status, ran = time.time(), run_step(step, log, env), ran + 1
+        seconds, outcome = time.time() - begun, "passed" if status == 0 else f"FAILED (exit {status})"
+        STEP_RECORD.write(stamps, {"command": step.shown, "machine": machine, "status": outcome.split(" ")[0].lower(),
+                                   "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M"),
+                                   "outputs": [str(path) for path in step.outputs]}, f"{step.name}.json")
         say(f"{number}/{len(steps)} {step.name}: {outcome} in {minutes(seconds)}")
         results.append((step.name, outcome, seconds, log))
+    return results
+
+
+def report(args, steps: List[Step], results: list, machine: str) -> None:
+    """The summary (OUT/summary.md) and the tables as the docs lay them out (OUT/paste.md); exit 1
+    where a step failed."""
     day = time.strftime('%Y-%m-%d', time.gmtime())
     summary = [f"GPU check summary ({device_text(args)}, {day})"]
     summary += [f"  {name}: {outcome} in {minutes(seconds)}, log {log}" for name, outcome, seconds, log in results]
@@ -398,17 +377,30 @@ def main(argv=None) -> None:
         if table.is_file():
             summary += ["", f"{table}:", table.read_text(encoding="utf-8").rstrip()]
     print("\n" + "\n".join(summary))
-    write_atomically(args.out / "summary.md", "\n".join(summary) + "\n")
+    write_file(args.out / "summary.md", "\n".join(summary) + "\n")
     outcome = {name: result for name, result, _, _ in results}
     passed = {path for step in steps if outcome.get(step.name) == "passed" for path in step.outputs}
     ready = paste_ready(args, machine, day, passed)
     if ready:  # the same tables, as the docs lay them out
-        write_atomically(args.out / "paste.md", ready + "\n")
+        write_file(args.out / "paste.md", ready + "\n")
         say(f"the tables as the docs lay them out, ready to paste: {args.out / 'paste.md'}")
     elif (args.out / "paste.md").exists():  # an earlier run's, no longer what this one measured
         (args.out / "paste.md").unlink()
     if any(outcome != "passed" for _, outcome, _, _ in results):
-        raise SystemExit(1)
+        raise Failed(f"a step failed: {', '.join(name for name, result, _, _ in results if result != 'passed')} (their "
+                     f"logs are in {args.out})")
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    steps = plan(args)
+    if args.dry_run:
+        dry_run(args, steps)
+        return
+    claim(args)
+    machine = device_text(args)
+    say(f"{machine}; {len(steps)} steps, logs in {args.out}")
+    report(args, steps, run_steps(args, steps, machine), machine)
 
 
 if __name__ == "__main__":

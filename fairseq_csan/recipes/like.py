@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .runner import Refusal
+
 # the folder's BPE file -> the fairseq option that names it (as hub_utils.from_pretrained maps them)
 # (codes files only: export and translate.py pass a task's BPE as --bpe-codes)
 BPE_OPTION = {"bpecodes": "bpe_codes", "code": "bpe_codes"}
-
-
-class LikeError(Exception):
-    """A --like folder that cannot give the corpus its vocabulary; the message says why."""
 
 
 def read(folder: Path, src: str, tgt: str) -> dict:
@@ -29,26 +27,26 @@ def read(folder: Path, src: str, tgt: str) -> dict:
     folder, another language pair, no BPE file, no tokenizer or BPE named by the checkpoint."""
     from fairseq_csan.model_folder import sha256
 
-    from .export import ExportError, folder_model
+    from .export import folder_model
 
     try:
         model = folder_model(folder)
-    except ExportError as error:
-        raise LikeError(f"--like: {error}") from None
+    except Refusal as error:
+        raise Refusal(f"--like: {error}") from None
     if (model["src"], model["tgt"]) != (src, tgt):
-        raise LikeError(f"--like {folder} translates {model['src']}-{model['tgt']}; this corpus is {src}-{tgt} "
+        raise Refusal(f"--like {folder} translates {model['src']}-{model['tgt']}; this corpus is {src}-{tgt} "
                         "(--src/--tgt)")
     codes = [name for name in BPE_OPTION if (folder / name).is_file()]
     if not codes and (folder / "sentencepiece.bpe.model").is_file():
-        raise LikeError(f"--like {folder} splits with a sentencepiece model (sentencepiece.bpe.model); --like takes "
+        raise Refusal(f"--like {folder} splits with a sentencepiece model (sentencepiece.bpe.model); --like takes "
                         f"BPE codes files only ({' or '.join(BPE_OPTION)}), so this folder cannot be followed")
     if not codes:
-        raise LikeError(f"--like {folder} has no BPE codes ({' or '.join(BPE_OPTION)}): the corpus cannot be split "
+        raise Refusal(f"--like {folder} has no BPE codes ({' or '.join(BPE_OPTION)}): the corpus cannot be split "
                         "as the model's training data was")
     hub = model["hub"]
     for what in ("tokenizer", "bpe"):
         if not hub.get(what):
-            raise LikeError(f"--like {folder}: its checkpoint names no {what}; convert it with --{what} NAME (the one "
+            raise Refusal(f"--like {folder}: its checkpoint names no {what}; convert it with --{what} NAME (the one "
                             "its model was trained with, e.g. --tokenizer moses --bpe subword_nmt)")
     return {"folder": str(folder.resolve()), "model.pt": model["sha256"], "tokenizer": hub["tokenizer"],
             "pretokenized": bool(hub.get("pretokenized")), "bpe": hub["bpe"], "bpe_file": codes[0],
@@ -70,7 +68,7 @@ def _encoders(like: dict, lang: str):
     try:
         bpe = encoders.build_bpe(Namespace(bpe=like["bpe"], **{BPE_OPTION[like["bpe_file"]]: str(folder / like["bpe_file"])}))
     except ImportError as error:  # fastBPE, sentencepiece: packages of their own
-        raise LikeError(f"--like {folder} splits with --bpe {like['bpe']}: {error}") from None
+        raise Refusal(f"--like {folder} splits with --bpe {like['bpe']}: {error}") from None
     return tokenizer, bpe
 
 

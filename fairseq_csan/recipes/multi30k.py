@@ -27,25 +27,23 @@ and training settings are recorded in OUT/settings.json with the raw folder, and
 other ones is refused (use another --out).
 """
 
-import argparse
 import concurrent.futures
-import json
 import os
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .analysis.common import pyplot, read_lines, save_figure, write_table, written_by_analysis
-from .runner import (EVALUATION, REPRODUCTION, Damaged, Refusal, WriterLock, changed_since, foreign_files, is_lock,
-                     is_written_by, listing, made_from, run_child, shell_words, stamped_change,
-                     write_atomically, write_whole, written)
+from .analysis.common import pyplot, read_lines, save_figure, write_table
+from .command_line import Parser, items, positive
+from .runner import (EVALUATION, REPRODUCTION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since,
+                     listing, made_from, run_child, say, shell_words, stamped_change, stop_children, write_file)
+from .runner.records import forget_written, theirs
 from .score import mark
 
+TABLE = Kind("reproduction results", "results.json", {"records": "json"})  # OUT/results.json: the table's records
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
 DEFAULT_RAW = Path("data/multi30k_raw")  # where the README unpacks Multi30k
 
@@ -111,17 +109,6 @@ def cores():
         return os.cpu_count() or 1
 
 
-def log(message):
-    print(f"[multi30k] {message}", file=sys.stderr, flush=True)
-
-
-def number_list(text):
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got '{text}'")
-
-
 # ---- significance ---------------------------------------------------------------------------
 
 def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=BOOTSTRAP_SEED):
@@ -168,34 +155,6 @@ def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=B
 
 # ---- the runs -------------------------------------------------------------------------------
 
-class Failed(Exception):
-    pass
-
-
-RUNNING = set()  # the children of the runs under way, to stop when one run fails (run_all)
-STOPPING = threading.Event()
-_STARTING = threading.Lock()  # a child starts, or the runs are stopped: never both at once
-
-
-def call(command, log_path, env):
-    def running(child):
-        with _STARTING:  # the runs are stopped before it started (it is stopped now), or after (with the others)
-            RUNNING.add(child)
-            if STOPPING.is_set():
-                child.terminate()
-
-    if STOPPING.is_set():  # another run failed: start nothing more
-        raise Failed("stopped: another run failed")
-    # in a thread of the pool: no signal is passed on here (run_all stops the children)
-    ended = run_child(command, log_path, append=True, env=env, name=shell_words(command[:3]), started=running)
-    RUNNING.difference_update(child for child in list(RUNNING) if child.poll() is not None)
-    if STOPPING.is_set():
-        raise Failed("stopped: another run failed")
-    if ended.code != 0:
-        tail = "".join(Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines(True)[-15:])
-        raise Failed(f"{' '.join(map(str, command[:4]))} ... failed (log: {log_path}):\n{tail}")
-
-
 def kept(folder, binary, what: str) -> bool:
     """A run's or sweep point's evaluation is kept when it finished (``eval/results.json``, which
     scoring writes last) and is of the task as it is now. Its record's ``made_from`` (the
@@ -204,12 +163,9 @@ def kept(folder, binary, what: str) -> bool:
     steps changed since (a test set prepared again), it is not kept: evaluated again, its training
     kept (train.py leaves a finished run)."""
     evaluation = folder / "eval"
-    if not (evaluation / "results.json").is_file():
+    if RESULTS.read(evaluation) is None:
         return False
-    try:
-        record = EVALUATION.read(evaluation) or {}
-    except Damaged:
-        record = {}
+    record = EVALUATION.read(evaluation) or {}
     if not record.get("made_from"):
         raise Refusal(f"{what} {folder} has no record of the data it was made from ({EVALUATION.path(evaluation)}): "
                       f"delete {folder} to run it again, or give another --out")
@@ -217,7 +173,7 @@ def kept(folder, binary, what: str) -> bool:
     if changed:
         raise Refusal(f"{what} {folder} was trained on other data than {binary} holds now: {changed}; the raw "
                       f"files changed since it ran. Give another --out, or delete {folder} to train it again")
-    return stamped_change(evaluation / ".steps") is None
+    return stamped_change(evaluation) is None
 
 
 def check_kept(args, data):
@@ -227,6 +183,11 @@ def check_kept(args, data):
     for point in sorted((args.out / "sweep").glob("csan*")):
         if point.is_dir():
             kept(point, data / "data-bin", "the sweep point")
+
+
+def call(command, log_path, env):
+    """One command of a run, in a thread of the pool (runner.stop_children stops it when another run fails)."""
+    run_child(command, log_path, append=True, env=env, name=shell_words(command[:3]), record=True)
 
 
 def main_run(args, data, system, seed, env):
@@ -241,8 +202,7 @@ def main_run(args, data, system, seed, env):
           run / "checkpoints", *train, "--max-update", str(args.max_update), "--seed", str(seed),
           "--", *MODELS[args.model]["model"], *training_args(args.max_update, args.model), *extra], run / "train.out", env)
     call([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", data, "--checkpoints", run / "checkpoints",
-          "--out", run / "eval", *evaluate, "--last", "5", "--name", system],
-         run / "eval.out", env)
+          "--out", run / "eval", *evaluate, "--last", "5", "--name", system], run / "eval.out", env)
     return run, time.time() - started
 
 
@@ -264,77 +224,65 @@ def sweep_run(args, data, kind, value, env):
     return folder / name, time.time() - started
 
 
-def stop_the_others(futures):
-    """After a run failed, or Ctrl-C: the runs not started are cancelled, one by one, so that
-    they still come out of ``as_completed`` (``shutdown(cancel_futures=True)`` would cancel them
-    without, and the wait for them would never end), and the running ones' children (each in a
-    process group of its own: runner.run_child) get SIGTERM (train.py passes it on to the
-    trainer, which stops), so that the command ends with the failure."""
-    with _STARTING:
-        STOPPING.set()
-        running = list(RUNNING)
-    for future in futures:
-        future.cancel()
-    for child in running:
-        try:
-            child.terminate()
-        except OSError:
-            pass
+def finished_one(args, job, folder, seconds, shared, counts) -> None:
+    """Say how a run ended; a first finish of a main run records how it shared the machine."""
+    kind, system, value = job
+    label = f"{system} seed {value}" if kind == "main" else f"sweep {kind} {value}"
+    counts[0] += 1
+    if seconds is None:
+        say(f"{counts[0]}/{counts[1]} {label}: finished before; kept ({folder})")
+        return
+    if kind == "main":  # how it shared the machine, for the table's steps/s
+        settings = REPRODUCTION.read(args.out)
+        settings["trained"].setdefault(f"{system}/seed{value}", shared)
+        REPRODUCTION.write(args.out, settings)
+    results = RESULTS.read(folder / "eval")
+    say(f"{counts[0]}/{counts[1]} {label}: sacreBLEU {results['sacrebleu']:.2f} ({'test' if kind == 'main' else 'dev'}) "
+        f"in {seconds / 60:.1f} min; {(time.time() - counts[2]) / 60:.0f} min so far")
 
 
 def run_all(args, data):
+    """Every run, ``--jobs`` at a time with cores/jobs threads each; a run that fails stops the others."""
     jobs = [("main", system, seed) for seed in args.seeds for system in args.systems]
     jobs += [("window", None, m) for m in args.windows] + [("heads", None, n) for n in args.heads]
     workers = max(1, min(args.jobs, len(jobs)))
     threads = max(1, cores() // workers)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    log(f"{len(jobs)} runs ({len(args.systems)} systems x {len(args.seeds)} seeds + {len(jobs) - len(args.systems) * len(args.seeds)} "
+    say(f"{len(jobs)} runs ({len(args.systems)} systems x {len(args.seeds)} seeds + {len(jobs) - len(args.systems) * len(args.seeds)} "
         f"sweep points), {args.max_update} updates each, {workers} at a time with {threads} thread(s) each")
 
     def work(job):
         kind, system, value = job
-        if kind == "main":
-            return main_run(args, data, system, value, env)
-        return sweep_run(args, data, kind, value, env)
+        return main_run(args, data, system, value, env) if kind == "main" else sweep_run(args, data, kind, value, env)
 
-    started, finished, failures = time.time(), 0, []
-    STOPPING.clear()
-    pool = concurrent.futures.ThreadPoolExecutor(workers)
-    futures = {pool.submit(work, job): job for job in jobs}
-    try:
-        for future in concurrent.futures.as_completed(futures):
-            kind, system, value = futures[future]
-            if future.cancelled():
-                continue
-            label = f"{system} seed {value}" if kind == "main" else f"sweep {kind} {value}"
-            finished += 1
-            try:
-                folder, seconds = future.result()
-            except Failed as error:
-                if STOPPING.is_set() and str(error).startswith("stopped:"):
-                    log(f"{finished}/{len(jobs)} {label}: stopped")
+    counts, failures = [0, len(jobs), time.time()], []
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {pool.submit(work, job): job for job in jobs}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                if future.cancelled():
                     continue
-                failures.append(str(error))
-                log(f"{finished}/{len(jobs)} {label}: FAILED; the other runs are stopped")
-                stop_the_others(futures)
-                continue
-            if seconds is None:
-                log(f"{finished}/{len(jobs)} {label}: finished before; kept ({folder})")
-                continue
-            if kind == "main":  # how it shared the machine, for the table's steps/s (a first finish only)
-                settings = REPRODUCTION.read(args.out)
-                settings["trained"].setdefault(f"{system}/seed{value}", {"runs_at_a_time": workers, "threads": threads})
-                REPRODUCTION.write(args.out, settings)
-            results = json.loads((folder / "eval" / "results.json").read_text(encoding="utf-8"))
-            elapsed = time.time() - started
-            log(f"{finished}/{len(jobs)} {label}: sacreBLEU {results['sacrebleu']:.2f} "
-                f"({'test' if kind == 'main' else 'dev'}) in {seconds / 60:.1f} min; {elapsed / 60:.0f} min so far")
-    except BaseException:  # Ctrl-C or an unexpected error: start nothing more, stop what runs
-        stop_the_others(futures)
-        raise
-    pool.shutdown()
+                try:
+                    finished_one(args, futures[future], *future.result(), {"runs_at_a_time": workers, "threads": threads},
+                                 counts)
+                except (Failed, KeyboardInterrupt) as error:
+                    if not failures:  # the first failure: the other runs are stopped (they end as interrupted)
+                        failures.append(str(error) or "interrupted")
+                        say(f"{futures[future][1] or futures[future][0]} {futures[future][2]}: FAILED; the other runs "
+                            "are stopped")
+                        stop_children()
+                        for other in futures:
+                            other.cancel()
+        except BaseException:  # Ctrl-C or an unexpected error: start nothing more, stop what runs
+            stop_children()
+            for other in futures:
+                other.cancel()
+            raise
+        finally:
+            pool.shutdown()  # every run has ended: children may start again in this process
+            stop_children(False)
     if failures:
-        raise SystemExit("multi30k: " + "\n".join(failures))
+        raise Failed(failures[0])
 
 
 # ---- the report -----------------------------------------------------------------------------
@@ -345,7 +293,7 @@ def load_runs(args):
     for system in args.systems:
         for seed in args.seeds:
             run = args.out / "runs" / system / f"seed{seed}"
-            results = json.loads((run / "eval" / "results.json").read_text(encoding="utf-8"))
+            results = RESULTS.read(run / "eval")
             runs.setdefault(system, []).append((seed, results, read_lines(run / "eval" / "hyp.detok"), run))
     return runs
 
@@ -411,42 +359,31 @@ def analysis_outputs(out: Path) -> list:
             *(folder / f"{stem}.{ext}" for stem in ANALYSES for ext in ("csv", "md", "png"))]
 
 
-def ours(path: Path) -> bool:
-    """Whether ``path`` is an output of the reproduction's or its analyses', unchanged since (its record)."""
-    return is_written_by(path, "multi30k") if path.parent.name == "pooled" else written_by_analysis(path)
-
-
 def check_analysis_folder(out: Path) -> None:
-    """OUT/analysis is rewritten on every run: a file there that the reproduction does not write,
-    or one of its names that it did not write (its record), is refused before anything trains,
-    not deleted."""
-    mine = analysis_outputs(out)
-    theirs = [p for p in foreign_files(out / "analysis", mine) if not is_lock(p)]
-    theirs += [p for p in mine if p.is_file() and not ours(p)]
-    if theirs:
-        raise Refusal(f"{out / 'analysis'} holds files the reproduction did not write ({listing(theirs)}), and it "
-                      "rewrites that folder on every run: move them away (an earlier version's outputs, made before "
-                      "it kept their records, too), then run the same command again (nothing was changed)")
+    """OUT/analysis is rewritten on every run: a file there that the reproduction or its analyses
+    did not write (the records of what the kit wrote), or one changed since, is refused before
+    anything trains, not deleted."""
+    foreign = theirs([out / "analysis"], ("multi30k", *ANALYSES[:2], "gate_weights", "window_sweep"), changed=True)
+    if foreign:
+        raise Refusal(f"{out / 'analysis'} holds files the reproduction did not write ({listing(foreign)}), or changed "
+                      "since; every run rewrites it: move them away (nothing was changed)")
 
 
 def analyses(args, data, runs):
     """The analysis commands on these runs, into OUT/analysis (rewritten each time)."""
     out = args.out / "analysis"
     check_analysis_folder(args.out)
-    for path in analysis_outputs(args.out):  # nothing left over from a run with other systems
-        for mine in (path, written(path).path(path.parent)):  # the output and its record
-            mine.unlink(missing_ok=True)
+    forget_written(analysis_outputs(args.out))  # nothing left over from a run with other systems
     pooled = out / "pooled"
     pooled.mkdir(parents=True, exist_ok=True)
     # n-gram precisions and BLEU are corpus sums, so the seeds' outputs are pooled by
     # concatenating them against the reference (and source) repeated once per seed
     n_seeds = len(args.seeds)
     for name, source in (("ref.tok", data / "tok/test.de"), ("src.tok", data / "tok/test.en")):
-        write_whole(pooled / name, "".join(Path(source).read_text(encoding="utf-8") for _ in range(n_seeds)),
-                    "multi30k")
+        write_file(pooled / name, "".join(Path(source).read_text(encoding="utf-8") for _ in range(n_seeds)))
     for system, seeds in runs.items():
-        write_whole(pooled / f"{system}.tok",
-                    "".join((run / "eval" / "hyp.tok").read_text(encoding="utf-8") for *_, run in seeds), "multi30k")
+        write_file(pooled / f"{system}.tok", "".join((run / "eval" / "hyp.tok").read_text(encoding="utf-8")
+                                                      for *_, run in seeds))
     analysis = "fairseq_csan.recipes.analysis."
     others = [f"--system={s}={pooled / f'{s}.tok'}" for s in runs if s != BASELINE]
     commands = []
@@ -465,10 +402,8 @@ def analyses(args, data, runs):
         commands.append([sys.executable, "-m", analysis + "window_sweep", "--sweep", args.out / "sweep",
                          "--metric", "sacrebleu", "--out", out])
     for command in commands:
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"multi30k: {Path(command[1]).name} failed:\n{done.stderr}")
-        log(f"analysis: {Path(command[1]).stem} -> {out}")
+        run_child(command, name=command[2].rpartition(".")[2])
+        say(f"analysis: {command[2].rpartition('.')[2]} -> {out}")
 
 
 def report(args, data):
@@ -488,118 +423,98 @@ def report(args, data):
             f"{BASELINE} with that seed (sacreBLEU's --paired-bs). ⇑/↑: better at p < 0.01/0.05, ⇓/↓: worse; "
             f"no mark: not significant. Train steps/s: mean of fairseq's ups over each run, {sharing}.")
     text = write_table(args.out / "results.csv", args.out / "results.md", header, rows, note)
-    write_atomically(args.out / "results.json", json.dumps(records, indent=2, ensure_ascii=False) + "\n")
+    TABLE.write(args.out, {"records": records})
     plot_results(records, args.out / "results.png")
     print(text)
     analyses(args, data, runs)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--out", type=Path, default=Path("runs/multi30k"), help="output folder (default runs/multi30k)")
-    parser.add_argument("--raw-dir", type=Path,
-                        help="the raw Multi30k files (default: $MULTI30K, else data/multi30k_raw, where the README unpacks them)")
-    parser.add_argument("--merges", type=int, default=8000, help="BPE merges (default 8000)")
-    parser.add_argument("--seeds", type=number_list, default=[1, 2, 3], help="seeds, comma-separated (default 1,2,3)")
-    parser.add_argument("--model", choices=list(MODELS), default="tiny",
-                        help="the model size: tiny (default; 64-dim, 1024-token batches, for the CPU) or small "
-                             "(128-dim, dropout 0.3, 4096-token batches, for a GPU); examples/multi30k/README.md")
-    parser.add_argument("--max-update", type=int,
-                        help="training updates per run, the same for every system (default: the model's, "
-                             + ", ".join(f"{m['max_update']} for {name}" for name, m in MODELS.items()) + ")")
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all)")
-    parser.add_argument("--windows", type=number_list, default=[3, 7, 11],
-                        help="1D-CSAN window sizes of the sweep (default 3,7,11; '' for none)")
-    parser.add_argument("--heads", type=number_list, default=[1, 3],
-                        help="2D-CSAN head areas of the sweep (default 1,3; '' for none)")
-    parser.add_argument("--jobs", type=int, default=cores(),
-                        help="runs at a time (default: one per core)")
-    parser.add_argument("--bootstrap-samples", type=int, default=1000)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="train on the CPU (default; tiny runs) or on one GPU in fp16, the runs sharing it")
-    args = parser.parse_args(argv)
-    if args.max_update is None:
-        args.max_update = MODELS[args.model]["max_update"]
+def parse(argv=None):
+    p = Parser(prog="python -m fairseq_csan.recipes.multi30k", description=__doc__.split("\n\n")[0],
+               epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--out", type=Path, default=Path("runs/multi30k"), help="output folder (default runs/multi30k)")
+    p.add_argument("--raw-dir", type=Path, help="the raw Multi30k files (default: $MULTI30K, else data/multi30k_raw, "
+                   "where the README unpacks them)")
+    p.add_argument("--merges", type=positive, default=8000, help="BPE merges (default 8000)")
+    p.add_argument("--seeds", type=items(int), default=[1, 2, 3], help="seeds, comma-separated (default 1,2,3)")
+    p.add_argument("--model", choices=list(MODELS), default="tiny", help="the model size: tiny (default; 64-dim, "
+                   "1024-token batches, for the CPU) or small (128-dim, dropout 0.3, 4096-token batches, for a GPU); "
+                   "examples/multi30k/README.md")
+    p.add_argument("--max-update", type=positive, help="training updates per run, the same for every system (default: "
+                   "the model's, " + ", ".join(f"{m['max_update']} for {name}" for name, m in MODELS.items()) + ")")
+    p.add_argument("--systems", type=items(str, allowed=tuple(SYSTEMS)), default=list(SYSTEMS),
+                   help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all)")
+    p.add_argument("--windows", type=items(int, odd=True), default=[3, 7, 11],
+                   help="1D-CSAN window sizes of the sweep (default 3,7,11; '' for none)")
+    p.add_argument("--heads", type=items(int, allowed=(1, 3)), default=[1, 3],
+                   help="2D-CSAN head areas of the sweep, of the models' 4 heads (default 1,3; '' for none)")
+    p.add_argument("--jobs", type=positive, default=cores(), help="runs at a time (default: one per core)")
+    p.add_argument("--bootstrap-samples", type=positive, default=1000)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="train on the CPU (default; tiny runs) or on one GPU in fp16, the runs sharing it")
+    args, _ = p.read(argv)
+    args.max_update = args.max_update or MODELS[args.model]["max_update"]
+    if not args.systems or not args.seeds:
+        raise Refusal("--systems and --seeds: give at least one of each")
+    return args
+
+
+def plan(args) -> dict:
+    """Everything checked before anything is written: the raw files, the device, the --out."""
     if args.model != "tiny" and args.device == "cpu":
-        log(f"warning: --model {args.model} on the CPU: each run takes hours here (it is meant for --device cuda)")
+        say(f"warning: --model {args.model} on the CPU: each run takes hours here (it is meant for --device cuda)")
     if args.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            parser.error("--device cuda: no CUDA device here")
-    args.systems = [s for s in args.systems.split(",") if s]
-    unknown = [s for s in args.systems if s not in SYSTEMS]
-    if unknown or not args.systems:
-        parser.error(f"--systems: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(SYSTEMS)}")
-    twice = sorted({s for s in args.systems if args.systems.count(s) > 1})
-    if twice:
-        parser.error(f"--systems lists {', '.join(twice)} twice")
-    if not args.seeds:
-        parser.error("--seeds: give at least one seed")
-    for flag, value in (("--max-update", args.max_update), ("--jobs", args.jobs), ("--merges", args.merges),
-                        ("--bootstrap-samples", args.bootstrap_samples)):
-        if value < 1:
-            parser.error(f"{flag} must be a positive whole number, got {value}")
-    for value in args.windows + args.heads:
-        if value < 1 or value % 2 == 0:
-            parser.error(f"--windows and --heads take positive odd numbers, got {value}")
-    if any(n > 4 for n in args.heads):
-        parser.error("--heads: both models have 4 heads, so the 2D area takes at most 3 (odd)")
-
-    raw = args.raw_dir or os.environ.get("MULTI30K") or DEFAULT_RAW
+            raise Refusal("--device cuda: no CUDA device here")
+    raw = Path(args.raw_dir or os.environ.get("MULTI30K") or DEFAULT_RAW)
     missing = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")
-               if not (Path(raw) / f"{split}.{lang}").is_file()]
-    if missing:  # checked before anything is written, so a corrected rerun starts clean
-        parser.error(f"the raw Multi30k folder {raw} lacks {', '.join(missing)}; give --raw-dir (or $MULTI30K) "
-                     "a folder with Multi30k task 1's train, val and test_2016_flickr files (.en, .de); "
-                     "see examples/multi30k/README.md")
-    settings = {"raw_dir": str(Path(raw).resolve()), "max_update": args.max_update, "merges": args.merges,
+               if not (raw / f"{split}.{lang}").is_file()]
+    if missing:
+        raise Refusal(f"the raw Multi30k folder {raw} lacks {', '.join(missing)}; give --raw-dir (or $MULTI30K) a folder "
+                      "with Multi30k task 1's train, val and test_2016_flickr files (.en, .de); see "
+                      "examples/multi30k/README.md")
+    settings = {"raw_dir": str(raw.resolve()), "max_update": args.max_update, "merges": args.merges,
                 "model": MODELS[args.model]["model"], "training": training_args(args.max_update, args.model)}
     if args.device != "cpu":  # recorded only off the CPU, so that earlier CPU runs stay valid
         settings["device"] = args.device
+    claim(args, settings)
+    return {"raw": raw, "data": (args.out / "data").resolve()}
 
-    try:  # one reproduction at a time in an --out (its runs lock their own folders too)
-        WriterLock(args.out, folder=True, what="the Multi30k reproduction").acquire()  # held to the end
-    except Refusal as error:
-        raise SystemExit(f"multi30k: {error}") from None
+
+def claim(args, settings: dict) -> None:
+    """The --out: one reproduction at a time (its lock); a folder it never wrote, or one of runs with
+    other settings, refused; a file of anyone else's in OUT/analysis refused; its settings recorded."""
+    WriterLock(args.out, folder=True, what="the Multi30k reproduction").acquire()  # held to the end
     holds_runs = any((args.out / "runs").glob("*/seed*")) or any((args.out / "sweep").glob("*"))
-    try:
-        before = REPRODUCTION.read(args.out)
-    except Damaged as error:  # a settings.json of someone else's, or one cut short: not replaced
-        raise SystemExit(f"multi30k: {error}; give another --out (nothing was changed)") from None
-    theirs = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
-    if before is None and theirs:  # a folder the reproduction never wrote: its files are someone's
-        raise SystemExit(f"multi30k: --out {args.out} holds files the reproduction did not write ({listing(theirs)}); "
-                         "give a new or empty folder (nothing was changed)")
-    try:
-        check_analysis_folder(args.out)
-    except Refusal as error:
-        raise SystemExit(f"multi30k: {error}") from None
+    before = REPRODUCTION.read(args.out)
+    found = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
+    if before is None and found:  # a folder the reproduction never wrote: its files are someone's
+        raise Refusal(f"--out {args.out} holds files the reproduction did not write ({listing(found)}); give a new or "
+                      "empty folder (nothing was changed)")
+    check_analysis_folder(args.out)
     trained = (before or {}).pop("trained", {})  # what each finished run shared the machine with
-    if before is not None and holds_runs and before != REPRODUCTION.typed(settings):
-        raise SystemExit(f"multi30k: {args.out} holds runs with other settings (see {REPRODUCTION.path(args.out)}); "
-                         "give another --out")
-    args.out.mkdir(parents=True, exist_ok=True)
+    if before is not None and holds_runs and before != settings:
+        raise Refusal(f"{args.out} holds runs with other settings (see {REPRODUCTION.path(args.out)}); give another --out")
     REPRODUCTION.write(args.out, {**settings, "trained": trained if holds_runs else {}})
 
-    started = time.time()
-    data = (args.out / "data").resolve()
-    prepare = [*PYTHON, "fairseq_csan.recipes.prepare", "multi30k_en_de", "--out", data, "--merges", str(args.merges), "--no-download"]
-    if args.raw_dir:
-        prepare += ["--raw-dir", args.raw_dir]
-    log("preparing the data (the multi30k_en_de preset of fairseq_csan.recipes.prepare, as examples/multi30k/prepare.sh)")
-    if run_child(prepare, name="prepare").code != 0:
-        raise SystemExit("multi30k: data preparation failed (see above)")
-    try:
-        check_kept(args, data)
-    except Refusal as error:
-        raise SystemExit(f"multi30k: {error}") from None
+
+def run(args, p: dict) -> None:
+    started, data = time.time(), p["data"]
+    say("preparing the data (the multi30k_en_de preset of fairseq_csan.recipes.prepare, as examples/multi30k/prepare.sh)")
+    run_child([*PYTHON, "fairseq_csan.recipes.prepare", "multi30k_en_de", "--out", data, "--merges", str(args.merges),
+               "--no-download", *(["--raw-dir", args.raw_dir] if args.raw_dir else [])], name="prepare")
+    check_kept(args, data)
     run_all(args, data)
     report(args, data)
-    log(f"done in {(time.time() - started) / 60:.1f} min: {args.out / 'results.md'}, {args.out / 'results.png'}, "
+    say(f"done in {(time.time() - started) / 60:.1f} min: {args.out / 'results.md'}, {args.out / 'results.png'}, "
         f"{args.out / 'analysis'}")
+
+
+def main(argv=None):
+    args = parse(argv)
+    run(args, plan(args))
 
 
 if __name__ == "__main__":

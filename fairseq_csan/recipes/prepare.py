@@ -3,9 +3,9 @@
 A preset task (``python -m fairseq_csan.recipes.prepare wmt14_en_de``, or its door
 ``examples/<task>/prepare.sh``) takes its settings (joint BPE or not, the cleaning ratio, the
 default merges and raw folder) from ``corpora.TASKS``; ``files`` takes a user's corpus; see
-docs/recipes.md. The steps, each recorded in
-``OUT/.steps/`` with the settings and content hashes it was made from (the runner's step stamps), so that a
-rerun skips what is current and redoes, saying why, what was made from other inputs::
+docs/recipes.md. The steps, each recorded in ``OUT/.steps/`` with the settings and content hashes
+it was made from (the runner's step stamps), so that a rerun skips what is current and redoes,
+saying why, what was made from other inputs::
 
   1 gather   raw corpora -> OUT/raw/{train,valid,test,test1..}.{SRC,TGT}   (corpora.py)
   2 tokenise each language's rules: Moses, jieba (zh), MeCab (ja) -> OUT/tok/  (text.py)
@@ -17,10 +17,10 @@ rerun skips what is current and redoes, saying why, what was made from other inp
 
 The task's settings are kept in OUT/task.json (task.py); a rerun with other settings into the
 same OUT is refused unless --force, which deletes what this command wrote there (raw/, tok/,
-bpe/, data-bin/, .steps/; never the downloads) first. Before anything is touched: a raw corpus
-that lies where this command writes is refused (a rerun would remove it before reading it), so
-are files of others in those folders under --force, and so is a second prepare into the same OUT
-while one runs (OUT/.lock; runner.py). Options: one argparse parser, a subcommand per task (parser()).
+bpe/, data-bin/, .steps/; never the downloads) first. Everything is checked before the first
+step writes: a raw corpus that lies where this command writes is refused (a rerun would remove it
+before reading it), so is a file there that prepare did not write (the records of what the kit
+wrote), and so is a second prepare into the same OUT while one runs (OUT/.lock).
 """
 
 from __future__ import annotations
@@ -29,20 +29,18 @@ import argparse
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import List
 
 from . import corpora, like, text
-from .runner import (TASK, Refusal, Step, WriterLock, call, foreign_files, listing, make, overlap, recorded_outputs,
-                     refuse_overlaps, run, write_atomically)
-from .task import NotATask, PreparedTask
+from .command_line import Parser, at_least, language, positive
+from .runner import (TASK, Progress, Refusal, Step, WriterLock, check_owned, make, refuse_overlaps, run_child, say,
+                     shell_words, write_file)
+from .runner.records import forget_written
+from .task import PreparedTask
 
-SPLITS = ("train", "valid", "test")
-OWNED_FOLDERS = ("raw", "tok", "bpe", "data-bin", ".steps")  # what prepare writes in OUT, besides two files
-
-
+OWNED = ("raw", "tok", "bpe", "data-bin", ".steps", "task.json", "tools.txt")  # what prepare writes in OUT
 TOKENIZER_PACKAGE = {"zh": "jieba", "ja": "fugashi"}  # the rest: sacremoses (text.py)
 
 
@@ -82,7 +80,7 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
 def found_as_they_are(spec, split, raw, no_download: bool):
     """A dry run's view of a preset's split: its corpora's files as they lie in the raw folder
     (nothing extracted, nothing downloaded); None where one must be extracted or downloaded
-    first. A corpus the run could not get either raises corpora.Missing, as the run does."""
+    first. A corpus the run could not get either is refused, as the run refuses it."""
     found, langs = [], (spec.src, spec.tgt)
     for corpus in spec.splits[split]:
         if corpus.folder is not None:  # a folder of pairs: found as it is, or missing
@@ -91,7 +89,7 @@ def found_as_they_are(spec, split, raw, no_download: bool):
         files = corpora.find_layout(corpus, raw, langs)
         if files is None:
             if not (corpus.archive and (raw / corpus.archive).is_file()) and (no_download or not corpus.url):
-                raise corpora.Missing(corpora.missing_message(spec.name, corpus, raw, langs))
+                raise Refusal(corpora.missing_message(spec.name, corpus, raw, langs))
             return None
         found.append((corpus, files))
     return found
@@ -113,23 +111,6 @@ def tokenised_already(task, langs, pretokenized: bool, own_files: bool) -> List[
     return notes
 
 
-def layout(out: Path, src: str, tgt: str, splits) -> list:
-    """Every path that prepare's steps write in ``out`` (task.py's layout), fairseq-preprocess's
-    files in data-bin/, and the temporary folder of that output (a step's NAME.tmp, all of it),
-    which a kill leaves."""
-    files = [out / name for name in ("task.json", "recipe.env", "tools.txt", "data-bin.tmp")]
-    binary, (s, t) = out / "data-bin", (re.escape(src), re.escape(tgt))
-    preprocessed = re.compile(rf"dict\.({s}|{t})\.txt|preprocess\.log|\w+\.{s}-{t}\.({s}|{t})\.(bin|idx)")
-    if binary.is_dir():
-        files += [p for p in binary.iterdir() if preprocessed.fullmatch(p.name)]
-    for split in splits:
-        for lang in (src, tgt):
-            files += [out / sub / f"{split}.{lang}" for sub in ("raw", "tok", "bpe")]
-    files += [out / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
-    files += [out / "bpe" / name for name in ("codes", f"codes.{src}", f"codes.{tgt}")]
-    return files
-
-
 FILES = "files"  # the user's own corpus; the other choices are the presets of examples/<task>/prepare.sh
 USAGE = f"""python -m fairseq_csan.recipes.prepare files --src XX --tgt YY --train PREFIX --valid PREFIX
            --test PREFIX [--test PREFIX ...] [--out DIR] [options]   (your own corpus; files --help)
@@ -138,8 +119,8 @@ USAGE = f"""python -m fairseq_csan.recipes.prepare files --src XX --tgt YY --tra
 
 def _common(p, default_out, merges_help):
     p.add_argument("--out", type=Path, metavar="DIR", help=f"output folder (default: {default_out})")
-    p.add_argument("--merges", type=positive("--merges"), metavar="N", help=f"BPE merge operations (default: {merges_help})")
-    p.add_argument("--workers", type=positive("--workers"), metavar="N",
+    p.add_argument("--merges", type=positive, metavar="N", help=f"BPE merge operations (default: {merges_help})")
+    p.add_argument("--workers", type=positive, metavar="N",
                    help="processes for tokenisation, BPE and binarisation (default: all cores)")
     p.add_argument("--force", action="store_true",
                    help="delete what this command wrote in OUT (not the downloads) and redo every step; refused "
@@ -149,19 +130,11 @@ def _common(p, default_out, merges_help):
                         "written, downloaded or extracted")
 
 
-def positive(flag):
-    def parse(text):
-        if not text.lstrip("-").isdigit() or int(text) < 1:
-            raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-        return int(text)
-    return parse
-
-
 def parser() -> argparse.ArgumentParser:
     """prepare's options, each declared once: ``files`` (the user's own corpus) and one preset per
     task of corpora.TASKS, each a subcommand with its own defaults."""
-    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.prepare", usage=USAGE,
-                                description="Prepare a parallel corpus for fairseq (docs/recipes.md).")
+    p = Parser(prog="python -m fairseq_csan.recipes.prepare", usage=USAGE,
+               description="Prepare a parallel corpus for fairseq (docs/recipes.md).")
     tasks = p.add_subparsers(dest="task", metavar="TASK", title="tasks")
     f = tasks.add_parser(
         FILES, prog="python -m fairseq_csan.recipes.prepare files", help="your own corpus, any language pair",
@@ -171,8 +144,9 @@ def parser() -> argparse.ArgumentParser:
                     "Each language is tokenised by its own rules: Moses with the language's nonbreaking prefixes "
                     "where sacremoses has them (else English's, as Moses' tokenizer.perl), jieba for zh, MeCab for ja; "
                     "task.json names the rule. Then the steps of every task: cleaning, BPE, fairseq-preprocess.")
-    f.add_argument("--src", required=True, metavar="XX", help="source language code (the files' suffix), e.g. fr")
-    f.add_argument("--tgt", required=True, metavar="YY", help="target language code, e.g. en")
+    f.add_argument("--src", required=True, type=language, metavar="XX", help="source language code (the files' suffix), "
+                   "e.g. fr")
+    f.add_argument("--tgt", required=True, type=language, metavar="YY", help="target language code, e.g. en")
     f.add_argument("--train", required=True, metavar="PREFIX", help="training set: PREFIX.XX and PREFIX.YY")
     f.add_argument("--valid", required=True, metavar="PREFIX", help="validation set")
     f.add_argument("--test", required=True, action="append", metavar="PREFIX",
@@ -181,10 +155,10 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--joint-bpe", type=int, choices=(0, 1),
                    help="1: one BPE model and one dictionary for both languages; 0: one each (default: 1, "
                         "and 0 where one side is zh or ja, as the Zh-En and Ja-En presets)")
-    f.add_argument("--clean-ratio", type=float, metavar="R",
+    f.add_argument("--clean-ratio", type=at_least(1), metavar="R",
                    help="drop training pairs whose token-length ratio exceeds R (default: 1.5, and 9 where one "
                         "side is zh or ja, whose words are counted otherwise, as the presets)")
-    f.add_argument("--clean-max-len", type=int, default=250, metavar="N",
+    f.add_argument("--clean-max-len", type=positive, default=250, metavar="N",
                    help="drop training pairs with a side over N tokens (default 250)")
     f.add_argument("--pretokenized", action="store_true",
                    help="the files are tokenised (or segmented) already: keep their own tokens, and score against "
@@ -221,34 +195,27 @@ def own_corpus_defaults(src: str, tgt: str):
 
 def parse(argv=None):
     p = parser()
-    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args, _ = p.read(argv)
     if args.task is None:
-        p.error(f"give a task: files (your own corpus) or a preset ({', '.join(sorted(corpora.TASKS))})")
+        raise Refusal(f"give a task: files (your own corpus) or a preset ({', '.join(sorted(corpora.TASKS))})")
     if args.task == FILES:
-        try:
-            args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
-        except ValueError as e:
-            p.error(str(e))
+        args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
         args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
         args.like_info = None
         if args.like is not None:
             given = [flag for flag, value in (("--merges", args.merges), ("--joint-bpe", args.joint_bpe),
                                               ("--pretokenized", args.pretokenized)) if value not in (None, False)]
             if given:
-                p.error(f"--like {args.like} decides the tokens, the BPE and the dictionaries: leave out {', '.join(given)}")
-            try:
-                args.like_info = like.read(args.like, args.src, args.tgt)
-            except like.LikeError as e:
-                p.error(str(e))
+                raise Refusal(f"--like {args.like} decides the tokens, the BPE and the dictionaries: leave out "
+                              f"{', '.join(given)}")
+            args.like_info = like.read(args.like, args.src, args.tgt)
             args.merges, args.joint_bpe, args.pretokenized = 0, 1, args.like_info["pretokenized"]
         joint, ratio = own_corpus_defaults(args.src, args.tgt)
         args.joint_bpe = joint if args.joint_bpe is None else args.joint_bpe
         args.clean_ratio = ratio if args.clean_ratio is None else args.clean_ratio
-        if args.clean_ratio < 1 or args.clean_max_len < 1:
-            p.error(f"--clean-ratio must be at least 1 and --clean-max-len positive, got {args.clean_ratio:g} "
-                    f"and {args.clean_max_len}")
         return args
     spec = args.spec = corpora.TASKS[args.task]
+    args.like_info = None
     args.default_merges, args.default_raw = spec.merges, Path(spec.default_raw) if spec.default_raw else None
     if args.list:
         given = [flag for flag, value in (("--raw-dir", args.raw_dir), ("--out", args.out), ("--merges", args.merges),
@@ -256,256 +223,264 @@ def parse(argv=None):
                                           ("--force", args.force), ("--dry-run", args.dry_run))
                  if value not in (None, False)]
         if given:
-            p.error(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be ignored; "
-                    "give --list alone")
+            raise Refusal(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be "
+                          "ignored; give --list alone")
     return args
 
 
-def main(argv=None) -> None:
-    args = parse(argv)
-    spec = args.spec
-    name, src, tgt, splits = spec.name, spec.src, spec.tgt, list(spec.splits)
-    prefix = f"prepare {name}"
-
-    def log(message):
-        print(f"[{prefix}] {message}", file=sys.stderr, flush=True)
-
-    def die(message):
-        log(f"error: {message}")
-        raise SystemExit(2)
-
-    if args.list:
-        print(corpora.listing(name))
-        return
-    out = args.out or Path("data") / name
-    raw = args.raw_dir if args.task == FILES else args.raw_dir or (
-        Path(os.environ[spec.raw_env]) if os.environ.get(spec.raw_env) else None) or args.default_raw or out / "downloads"
-    like_info = getattr(args, "like_info", None)  # prepare files --like FOLDER (like.py)
-    merges = 0 if like_info else args.merges or args.default_merges
-    # tools, checked before any work
+def check_tools(src: str, tgt: str) -> None:
     for tool in ("fairseq-preprocess", "subword-nmt"):
         if shutil.which(tool) is None:
-            die(f"{tool} not found: install the project with bash scripts/install.sh")
+            raise Refusal(f"{tool} not found: install the project with bash scripts/install.sh")
     for lang in (src, tgt):
         module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
         try:
             __import__(module)
         except ImportError:
-            die(f"python module '{module}' (for {lang}) not found: pip install -e '.[recipes]' from the repository")
+            raise Refusal(f"python module '{module}' (for {lang}) not found: pip install -e '.[recipes]' from the "
+                          "repository") from None
 
+
+def settings_of(args, spec) -> dict:
+    """What task.json records: the task, its languages and the settings that make it."""
+    src, tgt, like_info = spec.src, spec.tgt, args.like_info
     pretokenized = bool(getattr(args, "pretokenized", False))
     tokenizers = {lang: text.tokenizer_name(lang, pretokenized) for lang in (src, tgt)}
     if like_info:
         tokenizers = {lang: f"{like_info['tokenizer']} of --like {like_info['folder']}" for lang in (src, tgt)}
-    tests = [s for s in splits if s.startswith("test")]
-    settings = {"task": name, "src": src, "tgt": tgt, "merges": merges, "joint_bpe": args.joint_bpe,
-                "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}",
-                "tests": ",".join(tests), "tokenizer_src": tokenizers[src], "tokenizer_tgt": tokenizers[tgt],
-                "pretokenized": pretokenized, "test_names": {split: corpora.test_name(spec, split) for split in tests},
-                **({"like": like_info} if like_info else {})}
-    owned = {sub: out / sub for sub in OWNED_FOLDERS}
-    # the raw corpora are inputs: none of them may lie where this command writes (a rerun would
-    # remove them before reading them)
-    # (a --raw-dir around OUT is fine: only the files found in it are read)
-    for sub, path in owned.items() if args.task != FILES else ():  # (files: each checked below)
-        if overlap(path, raw) in ("is", "holds"):
-            die(f"--out {out}'s {sub}/ {path} {overlap(path, raw)} --raw-dir {raw}, which this command reads; "
-                "keep the raw corpora elsewhere (the default is OUT/downloads)")
-    if args.task == FILES:  # the user's files, each named: say which one is missing, in one line
-        for corpus in (c for cs in spec.splits.values() for c in cs):
-            for lang, path in corpus.layouts[0].items():
-                if not corpora.present(path):
-                    die(f"{corpus.name}: no file {path} (its {lang} side: PREFIX.{src} and PREFIX.{tgt}, "
-                        f"line-aligned UTF-8, or PREFIX.{src}.gz and PREFIX.{tgt}.gz)")
-    dry = args.dry_run
-    try:
-        if not dry:
-            lock = WriterLock(out, folder=True, what=f"prepare.sh ({name})").acquire()  # noqa: F841  (held to the end)
-    except Refusal as e:
-        die(str(e))
+    tests = [s for s in spec.splits if s.startswith("test")]
+    return {"task": spec.name, "src": src, "tgt": tgt, "merges": 0 if like_info else args.merges or args.default_merges,
+            "joint_bpe": args.joint_bpe, "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}",
+            "tests": ",".join(tests), "tokenizer_src": tokenizers[src], "tokenizer_tgt": tokenizers[tgt],
+            "pretokenized": pretokenized, "test_names": {split: corpora.test_name(spec, split) for split in tests},
+            **({"like": like_info} if like_info else {})}
 
-    # 1 gather: find (or download) every corpus first, then check the files found (a dry run of a
-    # preset takes the files as they lie: finding may extract or download)
-    try:
-        located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
-                   if args.task == FILES or not dry else found_as_they_are(spec, split, raw, args.no_download)
-                   for split in splits}
-    except corpora.Missing as e:
-        die(str(e))
-    inputs = {f"the {split} corpus": f for split in splits for _, files in located[split] or () for f in files.values()}
-    try:
-        refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
-    except Refusal as e:
-        die(str(e))
-    # what prepare wrote here: what its step stamps record and, in a folder its task record says
-    # it prepared, the names its steps write (a step killed before its stamp leaves outputs, or a
-    # temporary, without one). In a folder it never prepared nothing is its own. Any other file
-    # where it writes (a data-bin of another pipeline's, a tools.txt or notes of the user's) is
-    # refused, --force or not: a step that is redone replaces its folder whole
-    mine = [*recorded_outputs(out / ".steps"), out / ".steps"]
-    if TASK.exists(out):
-        mine += layout(out, src, tgt, splits)
-    foreign = [f for f in foreign_files(out, mine)
-               if f.relative_to(out).parts[0] in (*OWNED_FOLDERS, "data-bin.tmp", "tools.txt", "task.json")]
-    if foreign:
-        die(f"{out} holds files that prepare did not write, where it writes ({listing(foreign)}); move them out of "
-            "the way or give another --out (nothing was changed)")
-    if args.force and out.exists() and not dry:
-        log(f"--force: removing what prepare wrote in {out} (raw, tok, bpe, data-bin, .steps; never the downloads)")
-        for path in mine:
-            if path.is_file():
-                path.unlink()
-        for sub in OWNED_FOLDERS + ("data-bin.tmp",):  # the folders, now empty of its files
-            shutil.rmtree(out / sub, ignore_errors=True)
-    try:
-        task = PreparedTask.create(out, settings, force=args.force, write=not dry)
-    except NotATask as e:
-        die(str(e))
-    tools = text.versions()
-    if not dry:
-        write_atomically(out / "tools.txt", "".join(f"{k}\t{v}\n" for k, v in tools.items()))
-    stamps, workers, started = task.stamps, args.workers or os.cpu_count() or 4, time.time()
-    changing = set()  # a dry run: the outputs of the steps it would run, which redo the steps that read them
 
-    def would(step_, what, short):
-        """A dry run's line for a step: what it would do and why, as the run's line says it; a
-        step whose outputs are there but which reads what a step above redoes "may run": the run
-        redoes it only where that step's new output differs from its old one."""
-        missing = [p for p in step_.outputs if not p.exists()]
-        if args.force or missing:
-            reason = "--force" if args.force else f"no {missing[0]}"
-        elif changing & {str(p) for p in step_.inputs}:
-            changing.update(str(p) for p in step_.outputs)
-            log(f"may run: {what} (where a step above changes what it reads)")
-            return True
-        else:
-            reason = step_.stale()
-        if reason is None:
-            log(f"{short or what}: up to date; would be skipped")
-            return False
-        changing.update(str(p) for p in step_.outputs)
-        log(f"would run: {what} ({reason})")
+def plan(args) -> dict:
+    """Every check before the first step writes: the tools, the raw corpora (found, or downloaded
+    and extracted: not on a dry run), no output where an input lies, no file of anyone else's
+    where prepare writes, the task's settings; the task as it will be."""
+    spec = args.spec
+    out = args.out or Path("data") / spec.name
+    raw = args.raw_dir if args.task == FILES else args.raw_dir or (
+        Path(os.environ[spec.raw_env]) if os.environ.get(spec.raw_env) else None) or args.default_raw or out / "downloads"
+    check_tools(spec.src, spec.tgt)
+    owned = {sub: out / sub for sub in OWNED}
+    for sub, path in owned.items() if args.task != FILES else ():  # (a --raw-dir around OUT is fine)
+        if _holds(path, raw):
+            raise Refusal(f"--out {out}'s {sub}/ {path} is or holds --raw-dir {raw}, which this command reads; keep the "
+                          "raw corpora elsewhere (the default is OUT/downloads)")
+    for corpus in (c for cs in spec.splits.values() for c in cs) if args.task == FILES else ():
+        for lang, path in corpus.layouts[0].items():  # the user's files, each named
+            if not corpora.present(path):
+                raise Refusal(f"{corpus.name}: no file {path} (its {lang} side: PREFIX.{spec.src} and PREFIX.{spec.tgt}, "
+                              f"line-aligned UTF-8, or PREFIX.{spec.src}.gz and PREFIX.{spec.tgt}.gz)")
+    given = {f"--{split} {corpus.name}": f for split, cs in spec.splits.items() for corpus in cs
+             for f in corpus.layouts[0].values()} if args.task == FILES else {}
+    refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, given)
+    if not args.dry_run:
+        WriterLock(out, folder=True, what=f"prepare.sh ({spec.name})").acquire()  # held to the end
+    check_owned(owned.values(), "prepare", None, "--out", redo=True)  # before any download: nothing of the user's is replaced
+    located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
+               if args.task == FILES or not args.dry_run else found_as_they_are(spec, split, raw, args.no_download)
+               for split in spec.splits}
+    inputs = {f"the {split} corpus": f for split in spec.splits for _, files in located[split] or () for f in files.values()}
+    refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
+    task = PreparedTask.create(out, settings_of(args, spec), force=args.force, write=False)
+    return dict(args=args, spec=spec, out=out, raw=raw, located=located, task=task, owned=owned,
+                workers=args.workers or os.cpu_count() or 4, changing=set())
+
+
+def _holds(path: Path, raw: Path) -> bool:
+    inside = os.path.realpath(raw)
+    return inside == os.path.realpath(path) or inside.startswith(os.path.realpath(path) + os.sep)
+
+
+def begin(p: dict) -> PreparedTask:
+    """--force: what prepare wrote in OUT removed (never the downloads); the task record and the
+    tools' versions written."""
+    out, args = p["out"], p["args"]
+    if args.force and out.exists():
+        say(f"--force: removing what prepare wrote in {out} (raw, tok, bpe, data-bin, .steps; never the downloads)")
+        forget_written(p["owned"].values())
+    task = PreparedTask.create(out, p["task"].settings, force=args.force)
+    write_file(out / "tools.txt", "".join(f"{k}\t{v}\n" for k, v in text.versions().items()))
+    return task
+
+
+def would(p: dict, step: Step, what: str, short: str) -> bool:
+    """A dry run's line for a step: what it would do and why, as the run's line says it; a step
+    whose outputs are there but which reads what a step above redoes "may run"."""
+    changing, missing = p["changing"], [path for path in step.outputs if not path.exists()]
+    reason = "--force" if p["args"].force else f"no {missing[0]}" if missing else None
+    if reason is None and changing & {str(path) for path in step.inputs}:
+        changing.update(str(path) for path in step.outputs)
+        say(f"may run: {what} (where a step above changes what it reads)")
         return True
+    reason = reason or step.stale()
+    if reason is None:
+        say(f"{short or what}: up to date; would be skipped")
+        return False
+    changing.update(str(path) for path in step.outputs)
+    say(f"would run: {what} ({reason})")
+    return True
 
-    def step(label, short, step_name, inputs, outputs, action, **settings_):
-        step_ = Step(stamps, step_name, inputs, outputs, settings_)
-        if dry:
-            return would(step_, label, short)
-        return make(step_, action, prefix=prefix, what=label, short=short)
 
-    def run_step(step_, command, what, short, **how):
-        return would(step_, what, short) if dry else run(step_, command, prefix=prefix, what=what, short=short, **how)
+def step(p: dict, name: str, inputs, outputs, action, what: str, short: str = "", **settings) -> bool:
+    """One step of the plan: listed on a dry run, else run where it is not current (runner.make)."""
+    s = Step(p["task"].root, name, inputs, outputs, settings)
+    return would(p, s, what, short) if p["args"].dry_run else make(s, action, what=what, short=short)
 
-    try:
-        gathered = False
-        for split in splits:
-            if located[split] is None:  # a dry run, and a corpus not there as files
-                changing.update(str(task.raw(split, lang)) for lang in (src, tgt))
-                log(f"would run: 1/6 gather {split} from {raw} (a corpus to extract or download first)")
-                continue
-            split_inputs = [f for _, files in located[split] for f in files.values()]
-            gathered |= bool(step(f"1/6 gather {split} from {raw}", f"1/6 gather {split}", f"gather.{split}",
-                                  split_inputs, [task.raw(split, src), task.raw(split, tgt)],
-                                  lambda temps, split=split: corpora.write_split(spec, split, located[split],
-                                                                                 {src: temps[0], tgt: temps[1]}),
-                                  task=name))
-    except corpora.Missing as e:
-        die(str(e))
-    # what looks like a mistake in the corpora: said once they are gathered, and kept in task.json
-    warnings = [] if dry else suspicious(task, splits, src, tgt, located) + tokenised_already(
-        task, (src, tgt), pretokenized, args.task == FILES) \
-        if gathered or "warnings" not in task.settings else task.settings["warnings"]
-    for warning in warnings:
-        log(f"warning: {warning}")
-    if task.settings.get("warnings") != warnings and not dry:
-        task = PreparedTask(out, TASK.write(out, {**task.settings, "warnings": warnings}))
 
-    # 2 tokenise (the tools' versions are a setting: another tokeniser version redoes it)
-    for split in splits:
-        for lang in (src, tgt):
+def call(argv, stdout=None, stdin=(), progress=None) -> None:
+    """A step's command, shown as a shell line that can be pasted, then run (its output to
+    ``stdout``, ``stdin`` files fed to it). No progress bar of tqdm's (subword-nmt's) where no one
+    watches: in a log file its carriage returns make one line of hundreds of updates."""
+    argv, stdin = [str(w) for w in argv], list(stdin)
+    shown = (f"cat {shell_words(stdin)} | " if stdin else "") + shell_words(argv)
+    say(f"  $ {shown}" + (f" > {stdout}" if stdout else ""))
+    env = None if progress is None and os.isatty(2) else {**os.environ, "TQDM_DISABLE": "1"}
+    run_child(argv, stdout, stdin=stdin, env=env, progress=progress, name=argv[0])
+
+
+def learn_bpe(merges: int, inputs, codes, named: Path) -> None:
+    """subword-nmt learn-bpe into ``codes`` (the temporary of ``named``), its merges as they come
+    (``--verbose``: "pair K: a b -> ab", the same codes) counted into a progress line; its other
+    error lines shown as they are."""
+    def merge(line: bytes):
+        found = re.match(rb"pair (\d+): ", line)
+        return int(found.group(1)) + 1 if found else None
+
+    call(["subword-nmt", "learn-bpe", "-s", merges, "--verbose"], stdout=codes, stdin=inputs,
+         progress=Progress("learn BPE: merge", "merges", merges, count_of=merge, stream="err"))
+    learnt = sum(1 for row in text.iter_lines(codes) if row and not row.startswith("#version"))
+    if learnt < merges:  # subword-nmt stops where no pair of symbols occurs twice
+        say(f"4/6 {named}: {learnt} merges learnt, of {merges} asked: after the {learnt}th no pair of symbols "
+            "occurs twice in the training text (a small corpus)")
+
+
+def gather(p: dict, task: PreparedTask) -> bool:
+    """Step 1, each split; then what looks like a mistake in the corpora said (and kept in task.json)."""
+    spec, raw, located, (src, tgt) = p["spec"], p["raw"], p["located"], (p["spec"].src, p["spec"].tgt)
+    gathered = False
+    for split in spec.splits:
+        if located[split] is None:  # a dry run, and a corpus not there as files
+            p["changing"].update(str(task.raw(split, lang)) for lang in (src, tgt))
+            say(f"would run: 1/6 gather {split} from {raw} (a corpus to extract or download first)")
+            continue
+        inputs = [f for _, files in located[split] for f in files.values()]
+        gathered |= step(p, f"gather.{split}", inputs, [task.raw(split, src), task.raw(split, tgt)],
+                         lambda temps, split=split: corpora.write_split(spec, split, located[split],
+                                                                        {src: temps[0], tgt: temps[1]}),
+                         f"1/6 gather {split} from {raw}", f"1/6 gather {split}", task=spec.name)
+    if p["args"].dry_run:
+        return gathered
+    found = task.settings.get("warnings")
+    if gathered or found is None:
+        found = suspicious(task, list(spec.splits), src, tgt, located) + tokenised_already(
+            task, (src, tgt), task.pretokenized, p["args"].task == FILES)
+    for warning in found:
+        say(f"warning: {warning}")
+    if task.settings.get("warnings") != found:
+        task.settings = TASK.write(task.root, {**task.settings, "warnings": found})
+    return gathered
+
+
+def tokenise(p: dict, task: PreparedTask) -> None:
+    """Step 2: each split and language, by its rule (or the --like folder's tokenizer)."""
+    like_info, tools = p["args"].like_info, text.versions()
+    for split in task.splits:
+        for lang in (task.src, task.tgt):
+            source, target, label = task.raw(split, lang), task.tok(split, lang), f"2/6 tokenise {split}.{lang}"
             if like_info:  # the folder's tokenizer, through fairseq's registry
-                step(f"2/6 tokenise {split}.{lang} ({like_info['tokenizer']}, as --like)", f"2/6 tokenise {split}.{lang}",
-                     f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
-                     lambda temps, lang=lang, split=split: like.tokenize_file(like_info, lang, task.raw(split, lang), temps[0]),
-                     lang=lang, like=like_info["model.pt"], tokenizer=like_info["tokenizer"])
+                step(p, f"tok.{split}.{lang}", [source], [target],
+                     lambda temps, lang=lang, source=source: like.tokenize_file(like_info, lang, source, temps[0]),
+                     f"{label} ({like_info['tokenizer']}, as --like)", label, lang=lang, like=like_info["model.pt"],
+                     tokenizer=like_info["tokenizer"])
                 continue
             module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
-            step(f"2/6 tokenise {split}.{lang}", f"2/6 tokenise {split}.{lang}", f"tok.{split}.{lang}", [task.raw(split, lang)], [task.tok(split, lang)],
-                 lambda temps, lang=lang, split=split: text.tokenize_file(lang, task.raw(split, lang), temps[0], workers,
-                                                                          pretokenized),
-                 lang=lang, tokenizer=text.AS_GIVEN if pretokenized else f"{module} {tools.get(module, tools.get('sacremoses'))}",
-                 **({"rule": tokenizers[lang]} if "no rules" in tokenizers[lang] else {}))
+            rule = task.settings[f"tokenizer_{'src' if lang == task.src else 'tgt'}"]
+            step(p, f"tok.{split}.{lang}", [source], [target],
+                 lambda temps, lang=lang, source=source: text.tokenize_file(lang, source, temps[0], p["workers"],
+                                                                          task.pretokenized),
+                 label, label, lang=lang, tokenizer=text.AS_GIVEN if task.pretokenized else
+                 f"{module} {tools.get(module, tools.get('sacremoses'))}", **({"rule": rule} if "no rules" in rule else {}))
 
-    # 3 clean the training pairs
+
+def segment(p: dict, task: PreparedTask) -> List[Path]:
+    """Steps 3 to 5: the training pairs cleaned, BPE learnt (or the --like folder's codes) and
+    applied; the segmented files."""
+    args, like_info, (src, tgt) = p["args"], p["args"].like_info, (task.src, task.tgt)
     clean = [task.root / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
-    step(f"3/6 clean training pairs (1..{args.clean_max_len} tokens, ratio <= {args.clean_ratio:g}, tokens of "
-         f"<= {text.MAX_TOKEN_CHARS} characters)", "3/6 clean", "clean",
-         [task.tok("train", src), task.tok("train", tgt)], clean,
+    step(p, "clean", [task.tok("train", src), task.tok("train", tgt)], clean,
          lambda temps: text.clean_pair(task.tok("train", src), task.tok("train", tgt), temps[0], temps[1],
                                        args.clean_max_len, args.clean_ratio),
-         max_len=args.clean_max_len, ratio=args.clean_ratio, max_token_chars=text.MAX_TOKEN_CHARS)
-
-    # 4 learn BPE: one joint model, or one per language
-    bpe_version = tools.get("subword-nmt")
+         f"3/6 clean training pairs (1..{args.clean_max_len} tokens, ratio <= {args.clean_ratio:g}, tokens of "
+         f"<= {text.MAX_TOKEN_CHARS} characters)", "3/6 clean", max_len=args.clean_max_len, ratio=args.clean_ratio,
+         max_token_chars=text.MAX_TOKEN_CHARS)
+    bpe_version, merges = text.versions().get("subword-nmt"), task.merges
     learn = [((src, tgt), task.codes(src))] if task.joint else [((lang,), task.codes(lang)) for lang in (src, tgt)]
     for langs, codes in learn if not like_info else ():
         inputs = [task.root / "tok" / f"train.clean.{lang}" for lang in langs]
-        run_step(Step(stamps, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], {"merges": merges, "subword-nmt": bpe_version}),
-                 ["subword-nmt", "learn-bpe", "-s", str(merges)], stdout=True, stdin=inputs,
-                 what=f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} "
-                      "(subword-nmt; long on the full corpus)", short=f"4/6 BPE: {codes}")
-        if dry:
-            continue
-        learnt = sum(1 for row in text.iter_lines(codes) if row and not row.startswith("#version"))
-        if learnt < merges:  # subword-nmt stops where no pair of symbols occurs twice
-            log(f"4/6 {codes.name}: {learnt} merges learnt, of {merges} asked: after the {learnt}th no pair of "
-                "symbols occurs twice in the training text (a small corpus)")
-
+        step(p, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], lambda temps, i=inputs, c=codes: learn_bpe(merges, i, temps[0], c),
+             f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} (subword-nmt; long on "
+             "the full corpus)", f"4/6 BPE: {codes}", merges=merges, **{"subword-nmt": bpe_version})
     if like_info:  # the folder's codes, as they are
         codes = Path(like_info["folder"]) / like_info["bpe_file"]
-        step(f"4/6 BPE: the codes of --like ({codes})", f"4/6 BPE: {task.codes(src)}", "like_bpe", [codes],
-             [task.codes(src)], lambda temps: shutil.copyfile(codes, temps[0]), bpe=like_info["bpe"])
-
-    # 5 apply BPE
-    for split in splits:
+        step(p, "like_bpe", [codes], [task.codes(src)], lambda temps: shutil.copyfile(codes, temps[0]),
+             f"4/6 BPE: the codes of --like ({codes})", f"4/6 BPE: {task.codes(src)}", bpe=like_info["bpe"])
+    for split in task.splits:
         for lang in (src, tgt):
             source = clean[(src, tgt).index(lang)] if split == "train" else task.tok(split, lang)
-            target = task.root / "bpe" / f"{split}.{lang}"
+            target, what = task.root / "bpe" / f"{split}.{lang}", f"5/6 apply BPE to {split}.{lang}"
             if like_info:  # the folder's BPE kind, through fairseq's registry
-                step(f"5/6 apply BPE ({like_info['bpe']}, as --like) to {split}.{lang}", f"5/6 apply BPE: {target}",
-                     f"apply_bpe.{split}.{lang}", [source, task.codes(src)], [target],
+                step(p, f"apply_bpe.{split}.{lang}", [source, task.codes(src)], [target],
                      lambda temps, lang=lang, source=source: like.bpe_file(like_info, lang, source, temps[0]),
-                     bpe=like_info["bpe"])
+                     f"{what} ({like_info['bpe']}, as --like)", f"5/6 apply BPE: {target}", bpe=like_info["bpe"])
                 continue
-            run_step(Step(stamps, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target], {"subword-nmt": bpe_version}),
-                     ["subword-nmt", "apply-bpe", "-c", str(task.codes(lang)), "--num-workers", str(workers),
-                      "--input", str(source), "--output", "{out}"], what=f"5/6 apply BPE to {split}.{lang}",
-                     short=f"5/6 apply BPE: {target}")
+            step(p, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target],
+                 lambda temps, lang=lang, source=source: call(["subword-nmt", "apply-bpe", "-c", task.codes(lang),
+                                                               "--num-workers", p["workers"], "--input", source,
+                                                               "--output", temps[0]]),
+                 what, f"5/6 apply BPE: {target}", **{"subword-nmt": bpe_version})
+    return [task.root / "bpe" / f"{split}.{lang}" for split in task.splits for lang in (src, tgt)]
 
-    # 6 binarise
-    bpe_files = [task.root / "bpe" / f"{split}.{lang}" for split in splits for lang in (src, tgt)]
-    tests = ",".join(str(task.root / "bpe" / split) for split in task.test_sets)
-    joined = ["--joined-dictionary"] if task.joint else []
-    dictionaries = []
+
+def binarise(p: dict, task: PreparedTask, bpe_files: List[Path]) -> None:
+    """Step 6: fairseq-preprocess, with one joined dictionary, or the --like folder's dictionaries."""
+    like_info, (src, tgt) = p["args"].like_info, (task.src, task.tgt)
+    joined, dictionaries = (["--joined-dictionary"] if task.joint else []), []
     if like_info:  # binarised with the folder's dictionaries, unchanged
         joined = like.dictionary_flags(like_info, src, tgt)
         dictionaries = [Path(like_info["dicts"][lang]["file"]) for lang in (src, tgt)]
+    tests = ",".join(str(task.root / "bpe" / split) for split in task.test_sets)
+    step(p, "binarise", [*bpe_files, *dictionaries], [task.data_bin],
+         lambda temps: call(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt, "--trainpref",
+                             task.root / "bpe/train", "--validpref", task.root / "bpe/valid", "--testpref", tests,
+                             "--destdir", temps[0], *joined, "--workers", p["workers"]]),
+         "6/6 binarise with fairseq-preprocess", "6/6 binarise", joined=task.joint and not like_info, src=src, tgt=tgt)
 
-    def binarise(temps):
-        call(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt,
-              "--trainpref", task.root / "bpe/train", "--validpref", task.root / "bpe/valid",
-              "--testpref", tests, "--destdir", temps[0], *joined, "--workers", workers],
-             prefix=prefix)
 
-    step("6/6 binarise with fairseq-preprocess", "6/6 binarise", "binarise", [*bpe_files, *dictionaries],
-         [task.data_bin], binarise, joined=task.joint and not like_info, src=src, tgt=tgt)
-
-    if dry:
-        log(f"--dry-run: the steps above were listed; nothing was written in {out}")
+def run(p: dict) -> None:
+    started, out = time.time(), p["out"]
+    task = p["task"] if p["args"].dry_run else begin(p)
+    gather(p, task)
+    tokenise(p, task)
+    binarise(p, task, segment(p, task))
+    if p["args"].dry_run:
+        say(f"--dry-run: the steps above were listed; nothing was written in {out}")
         return
-    count = sum(1 for _ in open(clean[0], "rb"))
-    log(f"done in {time.time() - started:.0f}s: {count} training pairs")
-    log(f"binarised data: {task.data_bin}; train with scripts/train.sh --data {out} --arch ARCH --save-dir DIR")
+    count = sum(1 for _ in open(task.root / "tok" / f"train.clean.{task.src}", "rb"))
+    say(f"done in {time.time() - started:.0f}s: {count} training pairs")
+    say(f"binarised data: {task.data_bin}; train with scripts/train.sh --data {out} --arch ARCH --save-dir DIR")
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    if args.list:
+        print(corpora.listing(args.spec.name))
+        return
+    run(plan(args))
 
 
 if __name__ == "__main__":

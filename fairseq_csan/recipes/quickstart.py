@@ -10,9 +10,10 @@ Each step's command is printed ("+ ...") and run; a rerun skips what is done and
 made from changed inputs. How long it takes, and what it prints: docs/recipes.md (The quick start).
 
 examples/quickstart.sh is its door. Every setting (an option, else its environment variable, else
-its default) is checked before anything is written, a bad one refused in one line (exit 2). Each
-step then runs as a child process (runner.run_child), so it skips, redoes and refuses exactly as
-it does on its own; its output is shown as it comes (of the training's, its progress lines alone).
+its default: read in one place, :class:`Settings`) is checked before anything is written, a bad one
+refused in one line (exit 2). Each step then runs as a child process (runner.run_child), so it
+skips, redoes and refuses exactly as it does on its own; its output is shown as it comes (of the
+training's, its progress lines alone), and a step that fails ends the quick start (exit 1).
 """
 
 from __future__ import annotations
@@ -24,17 +25,17 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import List, Optional
 
-from .command_line import Parser
-from .runner import run_child, shell_words
+from .command_line import LANGUAGE, Parser
+from .runner import Failed, Refusal, run_child, say, shell_words
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the clone's scripts/, examples/
 DEFAULT_ARCH = "transformer_csan2d"
-# the lines of scripts/train.sh's output the quick start shows: its commands, progress and end
-TRAINING_PROGRESS = re.compile(rb"^\+ |\| (train_inner|valid) \||done training|^\[train [0-9:]+\] update ")
+# the lines of scripts/train.sh's output the quick start shows: its commands and log's progress and end (its
+# own progress lines and messages come on standard error, shown as they are)
+TRAINING_PROGRESS = re.compile(rb"^\+ |\| (train_inner|valid) \||done training")
 
 # Each setting: its option, the environment variable that is its default where set and not empty
 # (an option given wins), its metavar (None: a switch, whose variable is 0 or 1), its default
@@ -76,12 +77,8 @@ SETTINGS = (
 MAY_BE_EMPTY = ("--corpus", "--model-flags", "--toy-args")  # "": the toy corpus, no flags, the writer's own
 
 
-class Refused(Exception):
-    """A setting the quick start cannot run with; the message names it and what is allowed."""
-
-
 def parser() -> Parser:
-    p = Parser(prog="examples/quickstart.sh", refusal=Refused, unknown_hint=" (--help lists the settings)",
+    p = Parser(prog="examples/quickstart.sh", unknown_hint=" (--help lists the settings)",
                usage="bash examples/quickstart.sh [options]   (or python -m fairseq_csan.recipes.quickstart [options])",
                description=__doc__.split("\n\n")[0],
                epilog="Each option's environment variable (in capitals before its help) is its default where set and\n"
@@ -102,7 +99,7 @@ class Settings:
     def __init__(self, argv: List[str]):
         given, after = parser().read(argv)
         if after:
-            raise Refused("nothing goes after --: fairseq-train flags go in --model-flags (MODEL_FLAGS)")
+            raise Refusal("nothing goes after --: fairseq-train flags go in --model-flags (MODEL_FLAGS)")
         self.given = {k: v for k, v in vars(given).items() if k != "help"}
         self.flag, self.var, self.value, self.switches = {}, {}, {}, set()
         for flag, var, metavar, default, _text in SETTINGS:
@@ -111,7 +108,7 @@ class Settings:
             if metavar is None:
                 self.switches.add(dest)
             if self.given.get(dest) == "" and flag not in MAY_BE_EMPTY:
-                raise Refused(f"{flag} needs a value")
+                raise Refusal(f"{flag} needs a value")
             self.value[dest] = self.given[dest] if dest in self.given else os.environ.get(var) or default
 
     def by_option(self, dest: str) -> bool:
@@ -130,138 +127,142 @@ class Settings:
         return self.flag[dest] if dest in self.switches else f"{self.flag[dest]} {value}"
 
 
-def say(message: str) -> None:
-    print(f"[quickstart {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 def check(s: Settings) -> dict:
     """The settings checked, as the quick start runs them (nothing is written here)."""
     v = s.value
-    corpus, src, tgt, arch = v["corpus"], v["src"], v["tgt"], v["arch"]
-    toy = corpus == ""
-    defaults = dict(max_update="400", bpe_merges="2000", dim="128") if toy else \
-        dict(max_update="600", bpe_merges="8000", dim="256")
-    for dest, default in defaults.items():
+    toy = v["corpus"] == ""
+    for dest, default in (dict(max_update="400", bpe_merges="2000", dim="128") if toy else
+                          dict(max_update="600", bpe_merges="8000", dim="256")).items():
         v[dest] = v[dest] or default
-    name = "toy" if toy else os.path.basename(corpus.rstrip("/")) or "/"
-    if f"{src}-{tgt}" != "en-de":
-        name = f"{name}_{src}_{tgt}"
+    name = "toy" if toy else os.path.basename(v["corpus"].rstrip("/")) or "/"
+    if f"{v['src']}-{v['tgt']}" != "en-de":
+        name = f"{name}_{v['src']}_{v['tgt']}"
     work = v["work"] or f"work/quickstart/{name}"
-    model = v["model"] or (f"{work}/model" if arch == DEFAULT_ARCH else f"{work}/model_{arch}")
-
     if shutil.which("fairseq-train") is None:
-        raise Refused("fairseq-train not found; install first: bash scripts/install.sh")
+        raise Refusal("fairseq-train not found; install first: bash scripts/install.sh")
     if not os.path.isfile(f"{ROOT}/scripts/train.sh"):
-        raise Refused(f"the quick start runs a clone's scripts/train.sh and scripts/evaluate.sh, and {ROOT} has none: "
+        raise Refusal(f"the quick start runs a clone's scripts/train.sh and scripts/evaluate.sh, and {ROOT} has none: "
                       "run it from a clone")
-    for dest in ("src", "tgt"):
-        if not re.fullmatch(r"[a-z]{2,3}(_[A-Za-z0-9]+)?", v[dest]):
-            raise Refused(f"{s.name(dest)} must be a language code as the files' suffix (en, fr, zh, pt_BR), got "
-                          f"'{v[dest]}'")
-    if src == tgt:
-        raise Refused(f"{s.name('src')} and {s.name('tgt')} are both {src}: give two languages")
-    if toy and f"{src}-{tgt}" not in ("en-de", "de-en"):
-        raise Refused(f"{s.shown('src')} {s.shown('tgt')}: the toy corpus is English-German (en-de or de-en); give "
-                      f"{s.shown('corpus', 'DIR')} for another pair")
-    if v["device"] not in ("auto", "cpu", "cuda"):
-        raise Refused(f"{s.name('device')} must be auto, cpu or cuda, got '{v['device']}'")
-    for dest in ("force", "dry_run", "pretokenized"):
-        if v[dest] not in ("0", "1"):
-            raise Refused(f"{s.name(dest)} must be 0 or 1, got '{v[dest]}'")
-    for dest in ("max_update", "dim", "max_tokens", "bpe_merges"):
-        if not re.fullmatch(r"[1-9][0-9]*", v[dest]):
-            raise Refused(f"{s.name(dest)} must be a positive whole number, got '{v[dest]}'")
-    valid, tests = "val", []
+    check_values(s, toy)
+    plan = dict(s=s, corpus=v["corpus"], src=v["src"], tgt=v["tgt"], arch=v["arch"], work=work, valid="val", tests=[],
+                model=v["model"] or (f"{work}/model" if v["arch"] == DEFAULT_ARCH else f"{work}/model_{v['arch']}"),
+                max_update=int(v["max_update"]), dim=int(v["dim"]), max_tokens=v["max_tokens"], bpe_merges=v["bpe_merges"],
+                model_flags=v["model_flags"].split(), toy_args=v["toy_args"].split(), pretokenized=v["pretokenized"] == "1",
+                force=["--force"] if v["force"] == "1" else [], dry_run=v["dry_run"] == "1")
     from .prepare import own_corpus_defaults
 
-    joint, ratio = own_corpus_defaults(src, tgt)
+    plan["joint"], plan["clean_ratio"] = own_corpus_defaults(v["src"], v["tgt"])
     if v["clean_ratio"] is not None:
-        try:
-            ratio = float(v["clean_ratio"])
-        except ValueError:
-            ratio = 0
-        if not ratio >= 1:
-            raise Refused(f"{s.name('clean_ratio')} must be a number of at least 1, got '{v['clean_ratio']}'")
-    if toy and v["pretokenized"] == "1":
-        raise Refused(f"{s.shown('pretokenized')} is for a CORPUS tokenised already; the toy corpus is raw text")
+        plan["clean_ratio"] = float(v["clean_ratio"])
     if not toy:
-        if v["toy_args"]:
-            raise Refused(f"{s.name('toy_args')} sets the toy corpus, and {s.shown('corpus')} replaces it; leave out "
-                          "one of them")
-        if not os.path.isdir(corpus):
-            raise Refused(f"{s.shown('corpus')} is not a folder")
-        def file(split, lang):  # the file of a split's side, plain or gzipped; None where neither is
-            return next((f for f in (f"{corpus}/{split}.{lang}", f"{corpus}/{split}.{lang}.gz") if os.path.isfile(f)),
-                        None)
+        plan.update(corpus_files(s))
+    plan.update(device_and_layers(s))
+    return plan
 
-        held = [name for name in ("val", "valid", "dev") if file(name, src)]
-        if len(held) > 1:
-            raise Refused(f"{s.shown('corpus')} holds {' and '.join(f'{n}.{src}' for n in held)}: one validation set, "
-                          "so move the others out of the way")
-        valid = held[0] if held else "val"
-        # in byte order of their names; a test set without its TGT side is left out
-        stems = {re.sub(rf"\.{re.escape(src)}(\.gz)?$", "", name) for name in os.listdir(corpus)
-                 if fnmatch.fnmatch(name, f"test*.{src}") or fnmatch.fnmatch(name, f"test*.{src}.gz")}
-        for stem in sorted(stems, key=os.fsencode):
-            if file(stem, tgt):
-                tests.append(stem)
-            else:
-                say(f"  {file(stem, src)} has no {stem}.{tgt}: not a test set here")
 
-        def need(split):
+def check_values(s: Settings, toy: bool) -> None:
+    v = s.value
+    for dest in ("src", "tgt"):
+        if not LANGUAGE.fullmatch(v[dest]):
+            raise Refusal(f"{s.name(dest)} must be a language code as the files' suffix (en, fr, zh, pt_BR), got "
+                          f"'{v[dest]}'")
+    if v["src"] == v["tgt"]:
+        raise Refusal(f"{s.name('src')} and {s.name('tgt')} are both {v['src']}: give two languages")
+    if toy and f"{v['src']}-{v['tgt']}" not in ("en-de", "de-en"):
+        raise Refusal(f"{s.shown('src')} {s.shown('tgt')}: the toy corpus is English-German (en-de or de-en); give "
+                      f"{s.shown('corpus', 'DIR')} for another pair")
+    if v["device"] not in ("auto", "cpu", "cuda"):
+        raise Refusal(f"{s.name('device')} must be auto, cpu or cuda, got '{v['device']}'")
+    for dest in ("force", "dry_run", "pretokenized"):
+        if v[dest] not in ("0", "1"):
+            raise Refusal(f"{s.name(dest)} must be 0 or 1, got '{v[dest]}'")
+    for dest in ("max_update", "dim", "max_tokens", "bpe_merges"):
+        if not re.fullmatch(r"[1-9][0-9]*", v[dest]):
+            raise Refusal(f"{s.name(dest)} must be a positive whole number, got '{v[dest]}'")
+    if v["clean_ratio"] is not None and not re.fullmatch(r"[0-9]+(\.[0-9]*)?", v["clean_ratio"]) \
+            or v["clean_ratio"] is not None and float(v["clean_ratio"]) < 1:
+        raise Refusal(f"{s.name('clean_ratio')} must be a number of at least 1, got '{v['clean_ratio']}'")
+    if toy and v["pretokenized"] == "1":
+        raise Refusal(f"{s.shown('pretokenized')} is for a CORPUS tokenised already; the toy corpus is raw text")
+    if not toy and v["toy_args"]:
+        raise Refusal(f"{s.name('toy_args')} sets the toy corpus, and {s.shown('corpus')} replaces it; leave out one of "
+                      "them")
+
+
+def corpus_files(s: Settings) -> dict:
+    """A CORPUS folder's validation and test sets, each file checked (plain or gzipped, not empty)."""
+    corpus, src, tgt = s.value["corpus"], s.value["src"], s.value["tgt"]
+    if not os.path.isdir(corpus):
+        raise Refusal(f"{s.shown('corpus')} is not a folder")
+
+    def file(split, lang):  # the file of a split's side, plain or gzipped; None where neither is
+        return next((f for f in (f"{corpus}/{split}.{lang}", f"{corpus}/{split}.{lang}.gz") if os.path.isfile(f)), None)
+
+    held = [name for name in ("val", "valid", "dev") if file(name, src)]
+    if len(held) > 1:
+        raise Refusal(f"{s.shown('corpus')} holds {' and '.join(f'{n}.{src}' for n in held)}: one validation set, so "
+                      "move the others out of the way")
+    valid, tests = held[0] if held else "val", []
+
+    def need(*splits):
+        for split in splits:
             for lang in (src, tgt):
                 if not (file(split, lang) and os.path.getsize(file(split, lang))):
                     gz = " (or .gz)" if split == "train" else ""
-                    raise Refused(f"missing {corpus}/{split}.{lang}{gz}: {s.name('corpus')} holds train, val (or "
+                    raise Refusal(f"missing {corpus}/{split}.{lang}{gz}: {s.name('corpus')} holds train, val (or "
                                   f"valid, or dev) and test* files, each in {src} and {tgt} ({s.name('src')} and "
                                   f"{s.name('tgt')} set the languages)")
-        need("train")
-        need(valid)
-        if not tests:
-            raise Refused(f"{s.shown('corpus')} holds no test set test*.{src} (with its test*.{tgt})")
-        for test in tests:
-            need(test)
-    # our variants go in the lower 2 encoder layers; fairseq's own architectures and ours
-    # without a variant (transformer_ctxaware) take no --csan-layers
+
+    need("train", valid)
+    stems = {re.sub(rf"\.{re.escape(src)}(\.gz)?$", "", name) for name in os.listdir(corpus)
+             if fnmatch.fnmatch(name, f"test*.{src}") or fnmatch.fnmatch(name, f"test*.{src}.gz")}
+    for stem in sorted(stems, key=os.fsencode):  # in byte order of their names; one without its TGT side left out
+        if file(stem, tgt):
+            tests.append(stem)
+        else:
+            say(f"  {file(stem, src)} has no {stem}.{tgt}: not a test set here", stream=sys.stdout)
+    if not tests:
+        raise Refusal(f"{s.shown('corpus')} holds no test set test*.{src} (with its test*.{tgt})")
+    need(*tests)
+    return {"valid": valid, "tests": tests}
+
+
+def device_and_layers(s: Settings) -> dict:
+    """The device (auto: the GPU when torch sees one) and where the variant goes: our variants in
+    the lower 2 encoder layers; fairseq's architectures and ours without a variant take no --csan-layers."""
     from ..__main__ import variant
 
-    device = v["device"]
+    device = s.value["device"]
     try:
-        kind = variant(arch)
+        kind = variant(s.value["arch"])
         if device != "cpu":  # auto or cuda: what torch sees
             import torch
 
             seen = "cuda" if torch.cuda.is_available() else "cpu"
             if device == "cuda" and seen != "cuda":
-                raise Refused(f"{s.shown('device')}: torch sees no CUDA device here; {s.shown('device', 'cpu')} (or "
+                raise Refusal(f"{s.shown('device')}: torch sees no CUDA device here; {s.shown('device', 'cpu')} (or "
                               "auto) trains on the CPU")
             device = seen
     except SystemExit as e:  # an architecture nobody registered: its message
-        raise Refused(str(e.code)) from None
+        raise Refusal(str(e.code)) from None
     except ImportError as e:  # the environment lacks torch or fairseq
-        raise Refused(f"{type(e).__name__}: {e}") from None
-    return dict(s=s, corpus=corpus, src=src, tgt=tgt, arch=arch, work=work, model=model, device=device,
-                valid=valid, tests=tests, joint=joint, clean_ratio=ratio, pretokenized=v["pretokenized"] == "1", layers=[] if kind in ("none", "standard") else ["--csan-layers", "2"],
-                max_update=int(v["max_update"]), dim=int(v["dim"]), max_tokens=v["max_tokens"],
-                bpe_merges=v["bpe_merges"], model_flags=v["model_flags"].split(), toy_args=v["toy_args"].split(),
-                force=["--force"] if v["force"] == "1" else [], dry_run=v["dry_run"] == "1")
+        raise Refusal(f"{type(e).__name__}: {e}") from None
+    return {"device": device, "layers": [] if kind in ("none", "standard") else ["--csan-layers", "2"]}
 
 
-def show(plan: dict, command: List[str], name: str, keep: Optional[re.Pattern] = None) -> int:
+def show(plan: dict, command: List[str], name: str, keep: Optional[re.Pattern] = None) -> None:
     """Print a step's command, then run it (not on a dry run): its output on this standard output
-    (only the lines that match ``keep``, where given), its errors on standard error. Returns its
-    exit status."""
+    (only the lines that match ``keep``, where given), its errors on standard error."""
     print("+ " + shell_words(command), flush=True)
-    if plan["dry_run"]:
-        return 0
-    with tempfile.NamedTemporaryFile(prefix="quickstart-") as copy:
-        return run_child(command, Path(copy.name), show=True, keep=keep, errors_to_out=False, name=name).code
+    if not plan["dry_run"]:
+        with tempfile.NamedTemporaryFile(prefix="quickstart-") as copy:
+            run_child(command, Path(copy.name), show=keep or True, errors="stderr", name=name)
 
 
 def output_of(command: List[str]) -> str:
     """What ``command`` writes to its standard output, trailing newlines removed (as $(...))."""
     with tempfile.NamedTemporaryFile(prefix="quickstart-") as copy:
-        run_child(command, Path(copy.name), errors_to_out=False, name="the translation")
+        run_child(command, Path(copy.name), errors="stderr", name="the translation")
         return Path(copy.name).read_text(encoding="utf-8", errors="replace").rstrip("\n")
 
 
@@ -277,89 +278,86 @@ def line(path: str, number: int) -> str:
     return ""
 
 
-def run(plan: dict) -> int:
-    """The five steps, as checked by :func:`check`; the exit status."""
-    s, work, arch, corpus, force = plan["s"], plan["work"], plan["arch"], plan["corpus"], plan["force"]
-    src, tgt = plan["src"], plan["tgt"]
-    os.environ["PYTHONUNBUFFERED"] = "1"  # the steps' progress lines as they come
-    say(f"work folder: {work} (architecture {arch}, {plan['max_update']} updates, on the {plan['device']})")
-    data, ckpt, results = f"{work}/data", f"{work}/checkpoints/{arch}", f"{work}/results/{arch}"
-
-    def step(command, name):  # a step that fails ends the quick start with its exit status
-        code = show(plan, command, name)
-        if code == 2 and name == "the preparation":  # a refusal; in the quick start's own words
-            print(f"[quickstart] the preparation refused (above): where it names other settings, "
-                  f"{s.shown('force', '1')} redoes it in {work}, or give another {s.name('work')}", file=sys.stderr,
-                  flush=True)
-        if code != 0:
-            raise SystemExit(code)
-
-    say("1/5 corpus")
+def preparation(plan: dict) -> List[str]:
+    """Step 1 (the toy corpus, where it is the corpus) and the command of step 2."""
+    work, corpus, src, tgt = plan["work"], plan["corpus"], plan["src"], plan["tgt"]
+    python = ["python", "-m"]
     if not corpus:
         raw = f"{work}/raw"
-        if not force and not plan["dry_run"] and os.path.exists(f"{raw}/test.de") and os.path.getsize(f"{raw}/test.de"):
-            say(f"  toy corpus already in {raw}; kept")
+        if not plan["force"] and not plan["dry_run"] and os.path.exists(f"{raw}/test.de") and os.path.getsize(f"{raw}/test.de"):
+            say(f"  toy corpus already in {raw}; kept", stream=sys.stdout)
         else:
-            step(["python", "-m", "fairseq_csan.recipes.toy_corpus", raw, *plan["toy_args"]], "the toy corpus writer")
+            show(plan, [*python, "fairseq_csan.recipes.toy_corpus", raw, *plan["toy_args"]], "the toy corpus writer")
         if src == "en":
-            prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "toy_en_de", "--raw-dir", raw, "--no-download"]
+            prepare = [*python, "fairseq_csan.recipes.prepare", "toy_en_de", "--raw-dir", raw, "--no-download"]
         else:  # German-English: the toy corpus as your own files
-            prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", "de", "--tgt", "en",
-                       "--train", f"{raw}/train", "--valid", f"{raw}/val", "--test", f"{raw}/test"]
-    elif (f"{src}-{tgt}", plan["valid"], plan["tests"], plan["pretokenized"]) == \
-            ("en-de", "val", ["test_2016_flickr"], False):
+            prepare = [*python, "fairseq_csan.recipes.prepare", "files", "--src", "de", "--tgt", "en", "--train",
+                       f"{raw}/train", "--valid", f"{raw}/val", "--test", f"{raw}/test"]
+    elif (f"{src}-{tgt}", plan["valid"], plan["tests"], plan["pretokenized"]) == ("en-de", "val", ["test_2016_flickr"], False):
         prepare = ["bash", f"{ROOT}/examples/multi30k/prepare.sh", "--raw-dir", corpus, "--no-download"]  # Multi30k
     else:
-        prepare = ["python", "-m", "fairseq_csan.recipes.prepare", "files", "--src", src, "--tgt", tgt,
-                   "--train", f"{corpus}/train", "--valid", f"{corpus}/{plan['valid']}",
+        prepare = [*python, "fairseq_csan.recipes.prepare", "files", "--src", src, "--tgt", tgt, "--train",
+                   f"{corpus}/train", "--valid", f"{corpus}/{plan['valid']}",
                    *[word for test in plan["tests"] for word in ("--test", f"{corpus}/{test}")],
                    *(["--pretokenized"] if plan["pretokenized"] else [])]
-    if s.value["clean_ratio"] is not None:  # given: to the preset (its own setting) or to prepare files
+    if plan["s"].value["clean_ratio"] is not None:  # given: to the preset (its own setting) or to prepare files
         prepare += ["--clean-ratio", f"{plan['clean_ratio']:g}"]
+    return [*prepare, "--out", f"{work}/data", "--merges", plan["bpe_merges"], *plan["force"]]
 
-    # (as prepare's own rule has it: own_corpus_defaults; its --dry-run lists each of its steps)
-    bpe = f"joint BPE for {src} and {tgt}" if plan["joint"] else f"BPE for {src} and for {tgt} apart"
-    tokenise = "keep the corpus's own tokens" if plan["pretokenized"] else "tokenise"
-    say(f"2/5 prepare: {tokenise}, clean (length ratio <= {plan['clean_ratio']:g}), {bpe} (up to "
-        f"{plan['bpe_merges']} merges), fairseq-preprocess")
-    step([*prepare, "--out", data, "--merges", plan["bpe_merges"], *force], "the preparation")
 
+def training(plan: dict, data: str, ckpt: str) -> List[str]:
+    """Step 3's command: a small model, DIM wide, 4 heads, 3+3 layers, a checkpoint every 1/8 of the
+    updates (for an average of 5); after --, fairseq-train flags that override train.sh's."""
     updates, dim = plan["max_update"], plan["dim"]
-    say(f"3/5 train {arch} for {updates} updates (a rerun resumes from {ckpt})")
     hardware = ["--gpus", "1"] if plan["device"] == "cuda" else ["--cpu-tiny"]  # one GPU, or one CPU process, fp32
-    # a small model: DIM wide, 4 heads, 3+3 layers, a checkpoint every 1/8 of the updates (for an
-    # average of 5); after --, fairseq-train flags that override train.sh's
-    train = ["bash", f"{ROOT}/scripts/train.sh", "--data", data, "--arch", arch, "--save-dir", ckpt, *hardware,
-             "--max-update", str(updates), *force, "--",
-             "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", str(dim),
-             "--decoder-embed-dim", str(dim), "--encoder-ffn-embed-dim", str(2 * dim),
-             "--decoder-ffn-embed-dim", str(2 * dim), "--encoder-attention-heads", "4",
-             "--decoder-attention-heads", "4", *plan["layers"], "--dropout", "0.1", "--lr", "1.5e-3",
-             "--warmup-updates", "100", "--clip-norm", "1.0", "--max-tokens", plan["max_tokens"], "--update-freq", "1",
-             "--save-interval-updates", str(max(updates // 8, 2)), "--log-interval", "50", *plan["model_flags"]]
-    code = show(plan, train, "the training", TRAINING_PROGRESS)
-    if code > 128:  # stopped by a signal, passed on to it
-        raise SystemExit(code)
-    if code != 0:
-        print(f"[quickstart] error: training failed; see {ckpt}/train.log", file=sys.stderr, flush=True)
-        raise SystemExit(1)
+    return ["bash", f"{ROOT}/scripts/train.sh", "--data", data, "--arch", plan["arch"], "--save-dir", ckpt, *hardware,
+            "--max-update", str(updates), *plan["force"], "--",
+            "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", str(dim), "--decoder-embed-dim",
+            str(dim), "--encoder-ffn-embed-dim", str(2 * dim), "--decoder-ffn-embed-dim", str(2 * dim),
+            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", *plan["layers"], "--dropout", "0.1",
+            "--lr", "1.5e-3", "--warmup-updates", "100", "--clip-norm", "1.0", "--max-tokens", plan["max_tokens"],
+            "--update-freq", "1", "--save-interval-updates", str(max(updates // 8, 2)), "--log-interval", "50",
+            *plan["model_flags"]]
 
+
+def run(plan: dict) -> None:
+    """The five steps, as checked by :func:`check`."""
+    s, work, arch = plan["s"], plan["work"], plan["arch"]
+    os.environ["PYTHONUNBUFFERED"] = "1"  # the steps' progress lines as they come
+    say(f"work folder: {work} (architecture {arch}, {plan['max_update']} updates, on the {plan['device']})", stream=sys.stdout)
+    data, ckpt, results = f"{work}/data", f"{work}/checkpoints/{arch}", f"{work}/results/{arch}"
+    say("1/5 corpus", stream=sys.stdout)
+    prepare = preparation(plan)
+    bpe = f"joint BPE for {plan['src']} and {plan['tgt']}" if plan["joint"] else f"BPE for {plan['src']} and for {plan['tgt']} apart"
+    say(f"2/5 prepare: {'keep the corpus' + chr(39) + 's own tokens' if plan['pretokenized'] else 'tokenise'}, clean "
+        f"(length ratio <= {plan['clean_ratio']:g}), {bpe} (up to {plan['bpe_merges']} merges), fairseq-preprocess",
+        stream=sys.stdout)
+    try:
+        show(plan, prepare, "the preparation")
+    except Failed as error:  # a refusal, in the quick start's own words too
+        raise Failed(f"{error}; where it names other settings, {s.shown('force', '1')} redoes it in {work}, or give "
+                     f"another {s.name('work')}") from None
+    say(f"3/5 train {arch} for {plan['max_update']} updates (a rerun resumes from {ckpt})", stream=sys.stdout)
+    show(plan, training(plan, data, ckpt), "the training", TRAINING_PROGRESS)
     # the last 5 checkpoints, or all there are (fairseq skips an interval checkpoint at an epoch's end)
     last = 5 if plan["dry_run"] else min(5, len(list(Path(ckpt).glob("checkpoint_*_*.pt"))))
-    say(f"4/5 evaluate: average the last {last} checkpoints, decode the test set (beam 4), score")
-    step(["bash", f"{ROOT}/scripts/evaluate.sh", "--data", data, "--checkpoints", ckpt, "--out", results,
-          "--last", str(last), *(["--cpu"] if plan["device"] == "cpu" else []), *force], "the evaluation")
-
-    say("5/5 export a fairseq model folder")
-    model = plan["model"]
-    step(["python", "-m", "fairseq_csan.recipes.export", "--data", data, "--checkpoint", f"{results}/averaged.pt",
-          "--out", model, *force], "the export")
+    say(f"4/5 evaluate: average the last {last} checkpoints, decode the test set (beam 4), score", stream=sys.stdout)
+    show(plan, ["bash", f"{ROOT}/scripts/evaluate.sh", "--data", data, "--checkpoints", ckpt, "--out", results,
+                "--last", str(last), *(["--cpu"] if plan["device"] == "cpu" else []), *plan["force"]], "the evaluation")
+    say("5/5 export a fairseq model folder", stream=sys.stdout)
+    show(plan, ["python", "-m", "fairseq_csan.recipes.export", "--data", data, "--checkpoint", f"{results}/averaged.pt",
+                "--out", plan["model"], *plan["force"]], "the export")
     if plan["dry_run"]:
-        say(f"{s.shown('dry_run')}: the commands above were listed, not run")
-        return 0
+        say(f"{s.shown('dry_run')}: the commands above were listed, not run", stream=sys.stdout)
+    else:
+        report(plan, data, results)
 
+
+def report(plan: dict, data: str, results: str) -> None:
+    """A few test sentences, the scores, and the one line that translates with the model folder."""
+    src, tgt, model = plan["src"], plan["tgt"], plan["model"]
     print(flush=True)
-    say("a few test sentences (source / reference / ours)")
+    say("a few test sentences (source / reference / ours)", stream=sys.stdout)
     for i in (1, 2, 3):
         print(f"  SRC: {line(f'{data}/raw/test.{src}', i)}")
         print(f"  REF: {line(f'{data}/raw/test.{tgt}', i)}")
@@ -371,24 +369,15 @@ def run(plan: dict) -> int:
     sentence = re.sub(r"[\"'\\`$]", "", line(f"{data}/raw/test.{src}", 1))  # no quotes to escape below
     one_line = ("python -c 'import fairseq_csan; from fairseq.models.transformer import TransformerModel as T; "
                 f"print(T.from_pretrained(\"{model}\").translate(\"{sentence}\"))'")
-    say("translate your own sentence with the exported model:")
+    say("translate your own sentence with the exported model:", stream=sys.stdout)
     print(f"  {one_line}", flush=True)
     print(f"  -> {output_of(['bash', '-c', one_line + ' 2>/dev/null'])}")
-    say(f"done: model folder {model}, scores {results}/results.md, translations {results}/hyp.detok")
-    return 0
+    say(f"done: model folder {model}, scores {results}/results.md, translations {results}/hyp.detok", stream=sys.stdout)
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        plan = check(Settings(argv))
-    except Refused as e:
-        print(f"[quickstart] error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(2)
-    try:
-        raise SystemExit(run(plan))
-    except KeyboardInterrupt:  # Ctrl-C between two steps (a step's own is passed on to it)
-        raise SystemExit(130)
+    plan = check(Settings(argv))
+    run(plan)
 
 
 if __name__ == "__main__":

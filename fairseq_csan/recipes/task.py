@@ -5,33 +5,22 @@
     task.json      what was prepared (runner.TASK): task, src, tgt, merges, joint_bpe,
                    clean_max_len, clean_ratio, tests (the test sets: test, test1, ...),
                    tokenizer_src, tokenizer_tgt (the rule each language was tokenised by,
-                   text.tokenizer_name), pretokenized (the text's own tokens kept), and what
-                   it found: test_names (each test set's file name) and warnings; one
-                   prepared before tests and the tokenisers were kept
-                   reads as "test" and the rules its languages have always had (a folder
-                   of an earlier version, with recipe.env instead, is refused: prepare again)
+                   text.tokenizer_name), pretokenized (the text's own tokens kept), like (the
+                   model folder it was prepared like), and what it found: test_names (each test
+                   set's file name) and warnings
     tools.txt      the versions of the tokenisers and subword-nmt that made it
     raw/           {train,valid,test,test1,...}.{src,tgt}: the gathered corpora (the references of sacreBLEU)
     tok/           the same, tokenised (test.tgt is the reference of tokenised BLEU)
     bpe/           codes (joint BPE) or codes.LANG, and the segmented files
     data-bin/      fairseq-preprocess's output: dict.LANG.txt and the binarised splits
     .steps/        what each file was made from (the runner's step stamps)
-
-Python code uses :class:`PreparedTask`; shell recipes use the command line::
-
-    python -m fairseq_csan.recipes.task get DIR src tgt    # one value per line
-    python -m fairseq_csan.recipes.task check DIR           # exit 2 with a message if not a task
 """
 
-from __future__ import annotations
-
-import argparse
-import sys
 from pathlib import Path
 
-from .runner import TASK, Damaged
+from .runner import TASK, Refusal
 
-FIELDS = tuple(TASK.fields)
+FINDINGS = ("warnings", "test_names")  # what a preparation found or named, not a setting that makes another task
 
 
 def complete(settings: dict) -> dict:
@@ -48,33 +37,24 @@ def complete(settings: dict) -> dict:
     return settings
 
 
-FINDINGS = ("warnings", "test_names")  # what a preparation found or named, not a setting that makes another task
-
-
-class NotATask(Exception):
-    pass
-
-
 class PreparedTask:
     def __init__(self, root: Path, settings: dict):
-        self.root = Path(root)
-        self.settings = dict(settings)
+        self.root, self.settings = Path(root), dict(settings)
 
-    # -- reading -------------------------------------------------------------------------
     @classmethod
-    def open(cls, root) -> "PreparedTask":
+    def open(cls, root, flag: str = "--data") -> "PreparedTask":
         root = Path(root)
-        if not is_task(root):
-            raise NotATask(f"{root} is not a prepared task folder (no task.json or data-bin/; "
-                           "make one with examples/<task>/prepare.sh or python -m fairseq_csan.recipes.prepare files)")
-        settings = complete(read_settings(root))
+        if not (TASK.exists(root) and (root / "data-bin").is_dir()):
+            raise Refusal(f"{flag} {root} is not a prepared task folder (no task.json or data-bin/; make one with "
+                          "examples/<task>/prepare.sh or python -m fairseq_csan.recipes.prepare files)")
+        settings = complete(TASK.read(root) or {})
         for key in ("task", "src", "tgt"):
             if not settings.get(key):
-                raise NotATask(f"{TASK.path(root)} names no {key} (prepare {root} again with the command that made it)")
+                raise Refusal(f"{TASK.path(root)} names no {key} (prepare {root} again with the command that made it)")
         return cls(root, settings)
 
     def __getattr__(self, key):
-        if key in FIELDS:
+        if key in TASK.fields:
             return self.settings.get(key, "")
         raise AttributeError(key)
 
@@ -109,86 +89,29 @@ class PreparedTask:
     def tok(self, split: str, lang: str) -> Path:
         return self.root / "tok" / f"{split}.{lang}"
 
-    @property
-    def stamps(self) -> Path:
-        return self.root / ".steps"
-
-    # -- writing -------------------------------------------------------------------------
     @classmethod
     def create(cls, root, settings: dict, force: bool = False, write: bool = True) -> "PreparedTask":
         """Write the task record; a folder prepared with other settings is refused unless ``force``.
         Not ``write`` (a dry run): the task as it would be, nothing written."""
-        root = Path(root)
-        settings = TASK.typed(settings)
+        root, settings = Path(root), TASK.typed(settings)
         try:
-            before = read_settings(root)
-        except NotATask:  # damaged, or an earlier version's: --force prepares it again
+            before = TASK.read(root) or {}
+        except Refusal:  # damaged, or an earlier version's: --force prepares it again
             if not force:
                 raise
             before = {}
         held, asked = ({k: v for k, v in d.items() if k not in FINDINGS} for d in (complete(before), settings))
-        if TASK.exists(root) and not force and held != asked:
+        if before and not force and held != asked:
             changed = "; ".join(f"{key} {held.get(key)!r} then, {asked.get(key)!r} now"
                                 for key in sorted(set(held) | set(asked)) if held.get(key) != asked.get(key))
-            raise NotATask(f"{root} was prepared with other settings ({changed}; see {TASK.path(root)}); use --force "
-                           "to redo it or another --out")
+            raise Refusal(f"{root} was prepared with other settings ({changed}; see {TASK.path(root)}); use --force "
+                          "to redo it or another --out")
         kept = {"warnings": before["warnings"]} if not force and "warnings" in before else {}
         if not write:
             return cls(root, {**settings, **kept})
-        root.mkdir(parents=True, exist_ok=True)
         return cls(root, TASK.write(root, {**settings, **kept}))
 
 
 def is_task(root) -> bool:
     """Whether ``root`` is a prepared task folder: its task record and data-bin/."""
     return TASK.exists(root) and (Path(root) / "data-bin").is_dir()
-
-
-def read_settings(root) -> dict:
-    try:
-        return TASK.read(root) or {}
-    except Damaged as e:
-        raise NotATask(str(e)) from None
-
-
-def shown(value) -> str:
-    """A setting as the command line prints it: 1/0, comma-separated, 9 rather than 9.0."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, list):
-        return ",".join(value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m fairseq_csan.recipes.task", description="Read a prepared task folder.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("get", help="print the named values, one per line (task, src, tgt, codes.LANG, ...)")
-    g.add_argument("folder", type=Path)
-    g.add_argument("keys", nargs="+")
-    c = sub.add_parser("check", help="exit 2 with a message unless FOLDER is a prepared task")
-    c.add_argument("folder", type=Path)
-    args = p.parse_args(argv)
-    try:
-        task = PreparedTask.open(args.folder)
-    except NotATask as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
-    if args.cmd == "get":
-        for key in args.keys:
-            if key.startswith("codes."):
-                print(task.codes(key.split(".", 1)[1]))
-            elif key == "data_bin":
-                print(task.data_bin)
-            elif key in FIELDS:
-                print(shown(task.settings.get(key, "")))
-            else:
-                p.error(f"unknown key {key!r}; known: {', '.join(FIELDS)}, data_bin, codes.LANG")
-
-
-if __name__ == "__main__":
-    from .runner import as_command
-
-    as_command(main)

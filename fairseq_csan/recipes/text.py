@@ -1,14 +1,7 @@
 """Tokenisation, segmentation, detokenisation and length cleaning for the task recipes.
 
-usage:
-  python -m fairseq_csan.recipes.text tokenize --lang L --input IN --output OUT [--workers N]
-  python -m fairseq_csan.recipes.text detokenize --lang L --input IN --output OUT
-  python -m fairseq_csan.recipes.text clean --src-in A --tgt-in B --src-out A2 --tgt-out B2 \
-      [--max-len 250] [--ratio 1.5]
-  python -m fairseq_csan.recipes.text versions        (the tools and versions, for the records)
-
-tokenize, by language (tokenizer_name() names the rule; a prepared task records it; a code with a
-region, zh_CN or pt_BR, takes its language's rules):
+Tokenisation, by language (tokenizer_name() names the rule; a prepared task records it; a code with
+a region, zh_CN or pt_BR, takes its language's rules):
   zh  jieba word segmentation (accurate mode, with its HMM for unknown words);
   ja  MeCab word segmentation through fugashi with the UniDic-lite dictionary;
   any other language: Moses punctuation normalisation (with control characters removed),
@@ -17,14 +10,13 @@ region, zh_CN or pt_BR, takes its language's rules):
       readable), with the language's own rules (its nonbreaking prefixes) where sacremoses
       has them; a language without them gets English's, as Moses' tokenizer.perl does (named
       "moses (no rules for xx: English's, as tokenizer.perl)").
-detokenize: the Moses detokeniser of the language (its default rules where it has none); for
-  zh and ja, the spaces between tokens are removed except between two letters or digits of
-  a spaced script ("iPhone 6" keeps its space), as the text was before segmentation.
-Lines stay aligned: every input line gives one output line, empty or not. Output goes to a
-temporary name and is renamed at the end, so a half-written file never looks finished.
+Detokenisation: the Moses detokeniser of the language (its default rules where it has none); for
+zh and ja, the spaces between tokens are removed except between two letters or digits of a
+spaced script ("iPhone 6" keeps its space), as the text was before segmentation.
+Lines stay aligned: every input line gives one output line, empty or not. Each output is written
+whole (runner.atomic), so a half-written file never looks finished.
 """
 
-import argparse
 import gzip
 import re
 import sys
@@ -32,11 +24,9 @@ import zlib
 from multiprocessing import Pool
 from pathlib import Path
 
+from .runner import Progress, Refusal, atomic, say
+
 _TOKENIZE = None
-
-
-class TextError(ValueError):
-    """User text that cannot be read line by line: the message names the file and line."""
 
 
 def iter_lines(path):
@@ -46,7 +36,7 @@ def iter_lines(path):
     Lines end at ``"\\n"`` only: a ``"\\r"``, form feed, NEL or U+2028 inside a line stays
     inside it (``str.splitlines()`` would break there and shift every line after it). A
     ``"\\r\\n"`` ending keeps its ``"\\r"``, as ``wc -l`` and fairseq see it. A byte-order mark at
-    the start is removed. An undecodable byte raises :class:`TextError` naming file and line.
+    the start is removed. An undecodable byte is refused (runner.Refusal), naming file and line.
     """
     name = "<stdin>" if str(path) == "-" else str(path)
     if str(path) == "-":
@@ -61,13 +51,13 @@ def iter_lines(path):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise TextError(f"{name}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at column "
+                raise Refusal(f"{name}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at column "
                                 f"{error.start + 1}); convert the file to UTF-8") from None
             if number == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             yield line[:-1] if line.endswith("\n") else line
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:  # a .gz cut short, or not gzip at all
-        raise TextError(f"{name}: not a whole gzip file after {number:,} lines ({error}); download or "
+        raise Refusal(f"{name}: not a whole gzip file after {number:,} lines ({error}); download or "
                         "compress it again") from None
     finally:
         if handle is not sys.stdin.buffer:
@@ -227,45 +217,36 @@ def _chunks(handle, size=2000):
         yield chunk
 
 
-def _write_atomically(path: Path, lines_iter):
-    from .runner import atomic
-
+def _write(path: Path, chunks) -> int:
+    """The lines of ``chunks`` (lists of lines) written whole into ``path``; their number."""
+    count = 0
     with atomic(path) as (part,), open(part, "w", encoding="utf-8", newline="\n") as out:
-        count = 0
-        for lines in lines_iter:
+        for lines in chunks:
             out.writelines(line + "\n" for line in lines)
             count += len(lines)
     return count
 
 
 def tokenize_file(lang, source: Path, target: Path, workers=1, pretokenized=False):
-    label = f"[tokenize {lang}{' (pretokenized: its own tokens)' if pretokenized else ''}] {source.name}"
+    """``source`` tokenised line by line into ``target`` (whole), by ``workers`` processes; a
+    progress line every minute."""
+    progress = Progress(f"tokenise {lang} {source.name}{' (its own tokens)' if pretokenized else ''}: line", "lines")
 
-    def progress(results):
+    def counted(results):
         done = 0
         for lines in results:
             done += len(lines)
-            if done % 500_000 < len(lines):
-                print(f"{label}: {done:,} lines", file=sys.stderr)
+            progress.at(done)
             yield lines
 
     with open(source, encoding="utf-8", newline="\n") as handle:
         if workers > 1:
             with Pool(workers, initializer=_init, initargs=(lang, pretokenized)) as pool:
-                count = _write_atomically(target, progress(pool.imap(_tokenize_chunk, _chunks(handle))))
+                count = _write(target, counted(pool.imap(_tokenize_chunk, _chunks(handle))))
         else:
             _init(lang, pretokenized)
-            count = _write_atomically(target, progress(map(_tokenize_chunk, _chunks(handle))))
-    print(f"{label} -> {target}: {count:,} lines", file=sys.stderr)
-
-
-def detokenize_file(lang, source: Path, target: Path):
-    try:
-        detok = make_detokenizer(lang)
-    except ValueError as error:
-        raise SystemExit(f"detokenize: {error}")
-    with open(source, encoding="utf-8", newline="\n") as handle:
-        _write_atomically(target, ([detok(line) for line in chunk] for chunk in _chunks(handle)))
+            count = _write(target, counted(map(_tokenize_chunk, _chunks(handle))))
+    say(f"tokenised {source.name} ({lang}): {count:,} lines")
 
 
 def _aligned(a, b):
@@ -290,8 +271,6 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
     a frequent word (one 100,000-character line reshapes thousands of merges). Returns the pairs
     kept and the pairs dropped for each reason; over DROP_WARNING of the corpus dropped, a warning
     says how many, why, and the option that keeps them."""
-    from .runner import atomic
-
     kept, why = 0, {"empty": 0, "long": 0, "ratio": 0, "token": 0}
     try:
         with atomic(src_out, tgt_out) as parts, open(src_in, encoding="utf-8") as fs, \
@@ -309,20 +288,20 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
                     ot.write(t)
                     kept += 1
     except UnicodeDecodeError as error:  # (atomic removed the temporaries: no output is touched)
-        raise SystemExit(f"clean: {src_in} or {tgt_in} is not UTF-8 ({error})")
+        raise Refusal(f"{src_in} or {tgt_in} is not UTF-8 ({error})") from None
     except ValueError as error:  # _aligned: the files are not line-aligned
-        raise SystemExit(f"clean: {src_in} and {tgt_in} differ in length ({error})")
+        raise Refusal(f"{src_in} and {tgt_in} differ in length ({error})") from None
     dropped, total = sum(why.values()), kept + sum(why.values())
-    print(f"[clean] kept {kept:,} pairs, dropped {dropped:,}: {why['empty']:,} with an empty side, {why['long']:,} "
+    say(f"clean: kept {kept:,} pairs, dropped {dropped:,}: {why['empty']:,} with an empty side, {why['long']:,} "
           f"over {max_len} tokens, {why['ratio']:,} of a length ratio over {ratio:g}, {why['token']:,} with a token "
-          f"over {max_token_chars} characters", file=sys.stderr)
+          f"over {max_token_chars} characters")
     if total and dropped > DROP_WARNING * total:
         options = {"ratio": f"--clean-ratio R over {ratio:g} keeps more of them", "long":
                    f"--clean-max-len N over {max_len} keeps more of them", "empty": "a pair with an empty side cannot "
                    "be trained on", "token": "such tokens are URLs or text without spaces"}
         reasons = ", ".join(f"{n:,} {options[k]}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]) if n)
-        print(f"[clean] warning: cleaning dropped {dropped:,} of {total:,} training pairs ({100 * dropped / total:.1f}%): "
-              f"{reasons} (docs/recipes.md, Cleaning)", file=sys.stderr)
+        say(f"warning: cleaning dropped {dropped:,} of {total:,} training pairs ({100 * dropped / total:.1f}%): "
+              f"{reasons} (docs/recipes.md, Cleaning)")
     return kept, why
 
 
@@ -336,42 +315,3 @@ def versions():
         except PackageNotFoundError:
             out[name] = "not installed"
     return out
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    tok = sub.add_parser("tokenize")
-    tok.add_argument("--lang", required=True)
-    tok.add_argument("--input", type=Path, required=True)
-    tok.add_argument("--output", type=Path, required=True)
-    tok.add_argument("--workers", type=int, default=1)
-    det = sub.add_parser("detokenize")
-    det.add_argument("--lang", required=True)
-    det.add_argument("--input", type=Path, required=True)
-    det.add_argument("--output", type=Path, required=True)
-    cl = sub.add_parser("clean")
-    for name in ("--src-in", "--tgt-in", "--src-out", "--tgt-out"):
-        cl.add_argument(name, type=Path, required=True)
-    cl.add_argument("--max-len", "--clean-max-len", type=int, default=250)  # (the second: as prepare and its warning)
-    cl.add_argument("--ratio", "--clean-ratio", type=float, default=1.5)
-    cl.add_argument("--max-token-chars", type=int, default=MAX_TOKEN_CHARS)
-    sub.add_parser("versions")
-    args = parser.parse_args(argv)
-    if args.command == "tokenize":
-        if not args.input.is_file():
-            raise SystemExit(f"tokenize: no input file {args.input}")
-        tokenize_file(args.lang, args.input, args.output, max(1, args.workers))
-    elif args.command == "detokenize":
-        detokenize_file(args.lang, args.input, args.output)
-    elif args.command == "clean":
-        clean_pair(args.src_in, args.tgt_in, args.src_out, args.tgt_out, args.max_len, args.ratio, args.max_token_chars)
-    else:
-        for name, ver in versions().items():
-            print(f"{name}\t{ver}")
-
-
-if __name__ == "__main__":
-    from .runner import as_command
-
-    as_command(main)

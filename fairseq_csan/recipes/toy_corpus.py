@@ -8,11 +8,11 @@ shared corpora: train/val/test, one sentence per line, ``.en`` and ``.de``.
 usage: python -m fairseq_csan.recipes.toy_corpus OUT_DIR [--train 20000] [--valid 500] [--test 500] [--seed 1]
 """
 
-import argparse
 import random
 from pathlib import Path
 
-from .runner import Refusal
+from .command_line import Parser, positive
+from .runner import Refusal, WriterLock, check_owned, say, write_file
 
 # English noun -> (German noun, gender)
 NOUNS = {
@@ -100,16 +100,14 @@ def sentence_pair(rng):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--train", type=int, default=20000)
-    parser.add_argument("--valid", type=int, default=500)
-    parser.add_argument("--test", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-
-    rng = random.Random(args.seed)
-    seen, pairs = set(), []
+    p = Parser(prog="python -m fairseq_csan.recipes.toy_corpus", description=__doc__.split("\n\n")[0])
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--train", type=positive, default=20000)
+    p.add_argument("--valid", type=positive, default=500)
+    p.add_argument("--test", type=positive, default=500)
+    p.add_argument("--seed", type=int, default=1)
+    args, _ = p.read(argv)
+    rng, seen, pairs = random.Random(args.seed), set(), []
     total = args.train + args.valid + args.test
     for _ in range(100 * total):
         if len(pairs) == total:
@@ -119,40 +117,16 @@ def main(argv=None):
             seen.add(pair[0])
             pairs.append(pair)
     if len(pairs) < total:
-        raise SystemExit(f"the grammar gave only {len(pairs)} distinct sentences; ask for fewer")
-
+        raise Refusal(f"the grammar gave only {len(pairs)} distinct sentences; ask for fewer")
     splits = {"train": pairs[: args.train], "val": pairs[args.train: args.train + args.valid],
               "test": pairs[args.train + args.valid:]}
-    texts = {f"{split}.{lang}": "".join(r[side] + "\n" for r in rows)
+    files = {args.out_dir / f"{split}.{lang}": "".join(r[side] + "\n" for r in rows)
              for split, rows in splits.items() for side, lang in ((0, "en"), (1, "de"))}
-    try:
-        write_corpus(args.out_dir, texts)
-    except Refusal as error:
-        raise SystemExit(f"[toy corpus] error: {error}")
-    print(f"[toy corpus] wrote {', '.join(f'{k} {len(v)}' for k, v in splits.items())} pairs to {args.out_dir}")
-
-
-def write_corpus(folder: Path, texts: dict) -> None:
-    """Write the files (name -> text) into ``folder``, each atomically, and record them in its
-    TOY record; a file of those names that the record does not name as written here (a user's
-    train.en) is refused, before anything is written."""
-    import hashlib
-
-    from .runner import Refusal, WriterLock, atomic, listing
-    from .runner import TOY
-
-    with WriterLock(folder, folder=True, what="toy_corpus"):
-        written = (TOY.read(folder) or {}).get("files", {})
-        theirs = [folder / name for name in texts if (folder / name).exists() and
-                  hashlib.sha256((folder / name).read_bytes()).hexdigest() != written.get(name)]
-        if theirs:
-            raise Refusal(f"{folder} holds files the toy corpus did not write ({listing(theirs)}); give another "
-                          "folder (nothing was changed)")
-        for name, text in texts.items():
-            with atomic(folder / name) as (part,):
-                part.write_text(text, encoding="utf-8")
-        TOY.write(folder, {"files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest()
-                                     for name, text in texts.items()}})
+    with WriterLock(args.out_dir, folder=True, what="toy_corpus"):  # a file of the user's there is refused, not replaced
+        check_owned(files, "toy_corpus", None, "OUT_DIR")
+        for path, text in files.items():
+            write_file(path, text, "toy_corpus")
+    say(f"wrote {', '.join(f'{k} {len(v)}' for k, v in splits.items())} pairs to {args.out_dir}")
 
 
 if __name__ == "__main__":

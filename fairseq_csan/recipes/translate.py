@@ -25,8 +25,8 @@ test.en.de) gets one translation a line, in input order, always as many lines as
 empty line gets an empty translation, and a line longer than the model's source positions is
 translated in pieces cut between words (the line number is reported). OUT.tok gets the
 tokenised translations. An existing OUT is replaced only with --force, and only where
-translate.py wrote it (its record, .OUT.written.json beside it, says so, and it is unchanged
-since): a file of anyone else's is never replaced. Nothing is written inside --data.
+translate wrote it (the record of what the kit wrote in its folder, .written.json, says so, and it
+is unchanged since): a file of anyone else's is never replaced. Nothing is written inside --data.
 OUT is checked writable, and locked (.OUT.lock beside it: a second translate.py into the same
 OUT is refused, naming the first), before the model is loaded.
 
@@ -38,12 +38,12 @@ reference length, which raw input does not have, so a hypothesis that runs to th
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 from . import decoding
-from .runner import Refusal, WriterLock, check_replaceable, check_writable, write_whole
+from .command_line import Parser, positive
+from .runner import EXPORT, Refusal, WriterLock, check_owned, check_writable, say, write_file
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
@@ -70,7 +70,7 @@ def load(args):
     from omegaconf import open_dict
 
     from .export import hub_overrides
-    from .task import NotATask, PreparedTask
+    from .task import PreparedTask
 
     if args.model:
         from fairseq_csan.model_folder import DamagedModelFolder
@@ -78,34 +78,28 @@ def load(args):
         try:
             hub = TransformerModel.from_pretrained(str(args.model))
         except DamagedModelFolder as error:
-            raise SystemExit(f"translate: {error}")
+            raise Refusal(str(error)) from None
     else:
-        try:
-            task = PreparedTask.open(args.data)
-        except NotATask as error:
-            raise SystemExit(f"translate: {error}")
+        task = PreparedTask.open(args.data)
         codes = task.codes(task.src)
         if not codes.is_file():
-            raise SystemExit(f"translate: no BPE codes {codes} (prepare {args.data} again with the command that made it)")
-        from .export import ExportError, check_dictionaries, load_state
+            raise Refusal(f"no BPE codes {codes} (prepare {args.data} again with the command that made it)")
+        from .export import check_dictionaries, load_state
 
         overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
-        try:  # a checkpoint of another task is named before fairseq's size-mismatch traceback
-            state = load_state(args.checkpoint, overrides)
-            check_dictionaries(state, task, args.checkpoint)
-        except ExportError as error:
-            raise SystemExit(f"translate: {error}")
+        state = load_state(args.checkpoint, overrides)  # a checkpoint of another task is named before fairseq's
+        check_dictionaries(state, task, args.checkpoint)  # size-mismatch traceback
         from fairseq_csan.model_folder import DamagedModelFolder
 
         try:
             models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task(
                 [str(args.checkpoint)], arg_overrides=overrides, state=state)  # read once
         except DamagedModelFolder as error:  # a checkpoint inside a model folder: the folder is checked
-            raise SystemExit(f"translate: {error}")
+            raise Refusal(str(error)) from None
         hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
     if not getattr(hub.cfg.tokenizer, "_name", None) or not getattr(hub.cfg.bpe, "_name", None):
-        raise SystemExit(f"translate: {args.model} names no tokenizer or BPE in its configuration; export it with "
-                         "python -m fairseq_csan.recipes.export, or give them to recipes.convert (--tokenizer, --bpe)")
+        raise Refusal(f"{args.model} names no tokenizer or BPE in its configuration; export it with "
+                      "python -m fairseq_csan.recipes.export, or give them to recipes.convert (--tokenizer, --bpe)")
     with open_dict(hub.cfg):
         hub.cfg.dataset.batch_size = args.batch_size
         hub.cfg.dataset.max_tokens = None
@@ -116,7 +110,7 @@ def load(args):
     if not args.cpu and torch.cuda.is_available():
         hub.cuda()
     elif args.fp16:
-        raise SystemExit("translate: --fp16 decodes on a GPU, and torch sees none here; leave out --fp16")
+        raise Refusal("--fp16 decodes on a GPU, and torch sees none here; leave out --fp16")
     if args.fp16:
         hub.half()
     return hub
@@ -136,8 +130,7 @@ def pieces(tokens, limit: int):
     return out + [tokens]
 
 
-def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float = 30.0,
-                    log=lambda message: print(message, file=sys.stderr)):
+def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float = 30.0, log=say):
     """(tokenised, detokenised) translations of raw ``lines``, line for line, in batches of
     the hub's ``cfg.dataset.batch_size`` sentences."""
     limit = hub.max_positions[0] - 1 if hub.max_positions and hub.max_positions[0] else None  # + end of sentence
@@ -148,7 +141,7 @@ def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float 
             continue  # an empty line gets an empty translation, not one the model makes up
         parts = pieces(subwords, limit) if limit else [subwords]
         if len(parts) > 1:
-            log(f"[translate] line {number}: {len(subwords)} subword tokens, over the model's {limit + 1} source "
+            log(f"line {number}: {len(subwords)} subword tokens, over the model's {limit + 1} source "
                 f"positions (with the end of sentence): translated in {len(parts)} pieces")
         jobs += [(number - 1, " ".join(p)) for p in parts]
 
@@ -160,7 +153,7 @@ def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float 
         batched = hub.generate([hub.binarize(text) for _, text in chunk], beam=beam, lenpen=lenpen)
         results += [hub.remove_bpe(hub.string(hypos[0]["tokens"])) for hypos in batched]
         if time.time() - last >= progress_every:
-            log(f"[translate]     {start + len(chunk)} of {len(jobs)} sentences")
+            log(f"    {start + len(chunk)} of {len(jobs)} sentences")
             last = time.time()
     tokenised = [[] for _ in lines]
     for (index, _), hyp in zip(jobs, results):
@@ -170,121 +163,105 @@ def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float 
     return tokenised, [hub.detokenize(t) if t else "" for t in tokenised]
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n\n".join(__doc__.split("\n\n")[2:]))
-    parser.add_argument("--data", type=Path, help="the prepared task folder (examples/*/prepare.sh)")
-    parser.add_argument("--checkpoint", type=Path, help="a checkpoint: checkpoint_best.pt, or evaluate.sh's averaged.pt")
-    parser.add_argument("--model", type=Path, help="instead of --data and --checkpoint: a model folder that "
-                                                   "python -m fairseq_csan.recipes.export wrote")
-    parser.add_argument("--input", required=True, type=Path,
-                        help="raw text in the source language, one sentence a line ('-': standard input)")
-    parser.add_argument("--output", type=Path, help="translations (default: INPUT with the target language's suffix)")
-    parser.add_argument("--beam", type=int, default=decoding.BEAM, help=f"beam size (default {decoding.BEAM})")
-    parser.add_argument("--lenpen", type=float, default=decoding.LENPEN,
-                        help=f"length penalty (default {decoding.LENPEN})")
-    parser.add_argument("--batch-size", type=int, default=decoding.BATCH_SIZE,
-                        help=f"sentences per batch (default {decoding.BATCH_SIZE}, as evaluate.sh)")
-    parser.add_argument("--cpu", action="store_true",
-                        help="decode on the CPU even where there is a GPU (default: the GPU when torch sees one)")
-    parser.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
-    parser.add_argument("--threads", type=int, metavar="N",
-                        help="CPU threads (default: 1 for a batch of one sentence, else all cores; OMP_NUM_THREADS "
-                             "where set): docs/speed.md, Threads on the CPU")
-    parser.add_argument("--force", action="store_true",
-                        help="replace an --output that translate.py wrote before (a file of anyone else's is never replaced)")
-    parser.add_argument("--progress-every", type=float, default=30.0, metavar="S",
-                        help="report the sentences done every S seconds (default 30)")
-    args = parser.parse_args(argv)
-
-    if args.model:
-        if args.data or args.checkpoint:
-            parser.error("--model replaces --data and --checkpoint; give either --model, or --data and --checkpoint")
-        if not (args.model / "model.pt").is_file():
-            parser.error(f"--model {args.model}: no model.pt there (write the folder with "
-                         "python -m fairseq_csan.recipes.export)")
-    elif not (args.data and args.checkpoint):
-        parser.error("give --data and --checkpoint (a task folder and a checkpoint trained on it), or --model FOLDER")
-    elif not args.checkpoint.is_file():
-        parser.error(f"--checkpoint {args.checkpoint}: no such file")
-    stdin = str(args.input) in ("-", "/dev/stdin")
-    if not stdin and not args.input.is_file():
-        parser.error(f"--input {args.input}: no such file")
-    if stdin and args.output is None:
-        parser.error(f"--input {args.input} (standard input) needs --output")
-    for flag, value in (("--beam", args.beam), ("--batch-size", args.batch_size), ("--threads", 1 if args.threads is None else args.threads)):
-        if value < 1:
-            parser.error(f"{flag} must be a positive whole number, got {value}")
+def parse(argv):
+    p = Parser(prog="python -m fairseq_csan.recipes.translate", description=__doc__.split("\n\n")[0],
+               epilog="\n\n".join(__doc__.split("\n\n")[2:]))
+    p.add_argument("--data", type=Path, help="the prepared task folder (examples/*/prepare.sh)")
+    p.add_argument("--checkpoint", type=Path, help="a checkpoint: checkpoint_best.pt, or evaluate.sh's averaged.pt")
+    p.add_argument("--model", type=Path, help="instead of --data and --checkpoint: a model folder that "
+                                              "python -m fairseq_csan.recipes.export wrote")
+    p.add_argument("--input", required=True, type=Path,
+                   help="raw text in the source language, one sentence a line ('-': standard input)")
+    p.add_argument("--output", type=Path, help="translations (default: INPUT with the target language's suffix)")
+    p.add_argument("--beam", type=positive, default=decoding.BEAM, help=f"beam size (default {decoding.BEAM})")
+    p.add_argument("--lenpen", type=float, default=decoding.LENPEN, help=f"length penalty (default {decoding.LENPEN})")
+    p.add_argument("--batch-size", type=positive, default=decoding.BATCH_SIZE,
+                   help=f"sentences per batch (default {decoding.BATCH_SIZE}, as evaluate.sh)")
+    p.add_argument("--cpu", action="store_true",
+                   help="decode on the CPU even where there is a GPU (default: the GPU when torch sees one)")
+    p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
+    p.add_argument("--threads", type=positive, metavar="N",
+                   help="CPU threads (default: 1 for a batch of one sentence, else all cores; OMP_NUM_THREADS "
+                        "where set): docs/speed.md, Threads on the CPU")
+    p.add_argument("--force", action="store_true",
+                   help="replace an --output that translate wrote before (a file of anyone else's is never replaced)")
+    p.add_argument("--progress-every", type=float, default=30.0, metavar="S",
+                   help="report the sentences done every S seconds (default 30)")
+    args, _ = p.read(argv)
+    if args.model and (args.data or args.checkpoint):
+        raise Refusal("--model replaces --data and --checkpoint; give either --model, or --data and --checkpoint")
+    if not args.model and not (args.data and args.checkpoint):
+        raise Refusal("give --data and --checkpoint (a task folder and a checkpoint trained on it), or --model FOLDER")
     if args.fp16 and args.cpu:
-        parser.error("--fp16 decodes on a GPU; leave out --cpu, or --fp16")
+        raise Refusal("--fp16 decodes on a GPU; leave out --cpu, or --fp16")
+    return args
 
-    def is_input(path):  # the input itself, by a link or another name (a hard link) too
-        return not stdin and (path.resolve() == args.input.resolve()
-                              or (path.exists() and os.path.samefile(path, args.input)))
 
-    def outputs(output):
-        tok_output = output.with_name(output.name + ".tok")
-        for path, what in ((output, "--output"), (tok_output, "the tokenised output beside --output")):
-            if is_input(path):  # with --force too: the input would be lost
-                parser.error(f"{what} {path} is the input --input {args.input}; give another --output")
-        for source, flag in ((args.model, "--model"), (args.checkpoint, "--checkpoint")):
-            if source is not None and (output.resolve() == source.resolve() or source.resolve() in output.resolve().parents):
-                parser.error(f"--output {output} is or lies inside {flag} {source}; give an --output elsewhere")
-        if args.data and args.data.resolve() in output.resolve().parents:
-            parser.error(f"--output {output} is inside --data {args.data}, which holds the recipe's files "
-                         "(its references among them); give an --output elsewhere")
-        try:
-            for path in (output, tok_output):
-                check_writable(path, "--output")
-        except Refusal as error:
-            parser.error(str(error))
-        try:  # only an output of translate.py's own, unchanged since, is replaced (with --force)
-            for path in (output, tok_output):
-                check_replaceable(path, "translate.py", args.force, "--output")
-        except Refusal as error:
-            parser.error(str(error))
-        return output, tok_output
+def target_language(args) -> str:
+    """The model's target language, before it is loaded: its folder's seal, or its task's record."""
+    if args.model:
+        if not (args.model / "model.pt").is_file():
+            raise Refusal(f"--model {args.model}: no model.pt there (write the folder with "
+                          "python -m fairseq_csan.recipes.export)")
+        return (EXPORT.read(args.model) or {}).get("target_lang") or "out"
+    if not args.checkpoint.is_file():
+        raise Refusal(f"--checkpoint {args.checkpoint}: no such file")
+    from .task import PreparedTask
 
-    def lock(output):
-        """One translate.py at a time into ``output``; checked again under the lock."""
-        try:
-            held = WriterLock(output, folder=False, what="translate.py").acquire()
-        except Refusal as error:
-            parser.error(str(error))
-        outputs(output)  # again under the lock: a run that just ended may have written it
-        return held
+    return PreparedTask.open(args.data).tgt
 
-    held = None
-    if args.output:  # before the slow work (the default name waits for the model's target language)
-        outputs(args.output)
-        held = lock(args.output)
 
-    from .text import TextError, read_lines
+def plan(args) -> dict:
+    """What is read and written, each checked before the model loads: the input's lines, and an
+    output and its tokenised twin that translate may write (not the input, not inside --data,
+    --model or --checkpoint, writable, and translate's own to replace, with --force)."""
+    tgt, stdin = target_language(args), str(args.input) in ("-", "/dev/stdin")
+    if not stdin and not args.input.is_file():
+        raise Refusal(f"--input {args.input}: {'a folder, not a file' if args.input.is_dir() else 'no such file'}")
+    if stdin and args.output is None:
+        raise Refusal(f"--input {args.input} (standard input) needs --output")
+    output = args.output or args.input.with_name(f"{args.input.name}.{tgt}")
+    outputs = {"--output": output, "the tokenised output beside --output": output.with_name(output.name + ".tok")}
+    for what, path in outputs.items():
+        if not stdin and (path.resolve() == args.input.resolve() or (path.exists() and os.path.samefile(path, args.input))):
+            raise Refusal(f"{what} {path} is the input --input {args.input}; give another --output")  # --force or not
+    for source, flag in ((args.model, "--model"), (args.checkpoint, "--checkpoint")):
+        if source is not None and (output.resolve() == source.resolve() or source.resolve() in output.resolve().parents):
+            raise Refusal(f"--output {output} is or lies inside {flag} {source}; give an --output elsewhere")
+    if args.data and args.data.resolve() in output.resolve().parents:
+        raise Refusal(f"--output {output} is inside --data {args.data}, which holds the recipe's files (its references "
+                      "among them); give an --output elsewhere")
+    for path in outputs.values():
+        check_writable(path, "--output")
+    check_owned(outputs.values(), "translate", args.force, "--output")
+    from .text import read_lines
 
-    try:
-        lines = read_lines("-" if stdin else args.input)
-    except TextError as error:
-        parser.error(str(error))
+    return {"lines": read_lines("-" if stdin else args.input), "output": output, "tok_output": outputs["the tokenised output beside --output"]}
 
-    hub = load(args)
-    threads = decoding.cpu_threads(min(args.batch_size, len(lines)), args.threads)
-    if threads and hub.device.type == "cpu":  # one thread for a batch of one sentence, or --threads N
-        import torch
 
-        torch.set_num_threads(threads)
-    src, tgt = hub.cfg.task.source_lang, hub.cfg.task.target_lang
-    output, tok_output = outputs(args.output or args.input.with_name(f"{args.input.name}.{tgt}"))
-    held = held or lock(output)
+def run(args, planned: dict) -> None:
+    """Translate under the output's lock (checked again there: a run that just ended may have written it)."""
+    lines, output, tok_output = planned["lines"], planned["output"], planned["tok_output"]
+    with WriterLock(output, folder=False, what="translate"):
+        check_owned([output, tok_output], "translate", args.force, "--output")
+        hub = load(args)
+        threads = decoding.cpu_threads(min(args.batch_size, len(lines)), args.threads)
+        if threads and hub.device.type == "cpu":  # one thread for a batch of one sentence, or --threads N
+            import torch
 
-    print(f"[translate] {len(lines)} lines of {args.input} ({src} -> {tgt}) with {args.model or args.checkpoint}: "
-          f"beam {args.beam}, length penalty {args.lenpen:g}", file=sys.stderr)
-    tokenised, detokenised = translate_lines(hub, lines, args.beam, args.lenpen, args.progress_every)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    for path, rows in ((tok_output, tokenised), (output, detokenised)):
-        write_whole(path, "".join(row + "\n" for row in rows), "translate.py")
-    held.release()
-    print(f"[translate] done: {output} ({tgt}, detokenised) and {tok_output} (tokenised)", file=sys.stderr)
+            torch.set_num_threads(threads)
+        src, tgt = hub.cfg.task.source_lang, hub.cfg.task.target_lang
+        say(f"{len(lines)} lines of {args.input} ({src} -> {tgt}) with {args.model or args.checkpoint}: beam {args.beam}, "
+            f"length penalty {args.lenpen:g}")
+        tokenised, detokenised = translate_lines(hub, lines, args.beam, args.lenpen, args.progress_every)
+        for path, rows in ((tok_output, tokenised), (output, detokenised)):
+            write_file(path, "".join(row + "\n" for row in rows), "translate")
+    say(f"done: {output} ({tgt}, detokenised) and {tok_output} (tokenised)")
+
+
+def main(argv=None):
+    args = parse(argv)
+    run(args, plan(args))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,11 @@ teacher-forced over the subset (the paper averages "over the validation set") in
   .png, with the mean over all words as the grey line.
 """
 
-import argparse
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ..runner import TASK, Damaged
+from ..command_line import Parser
+from ..runner import TASK, Refusal, say
 from .common import outputs, pyplot, read_lines, save_figure, write_table
 
 
@@ -102,7 +101,7 @@ def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_li
     task.load_dataset(subset)
     dataset = task.dataset(subset)
     if pos_lines is not None and len(pos_lines) != len(dataset):
-        raise SystemExit(f"--pos has {len(pos_lines)} lines, the {subset} set {len(dataset)} sentences")
+        raise Refusal(f"--pos has {len(pos_lines)} lines, the {subset} set {len(dataset)} sentences")
     batches = task.get_batch_iterator(dataset=dataset, max_tokens=max_tokens, ignore_invalid_inputs=False,
                                       num_workers=0).next_epoch_itr(shuffle=False)
     totals = GateTotals()
@@ -115,7 +114,7 @@ def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_li
             records.clear()
             model(**sample["net_input"])
             if not records:
-                raise SystemExit(f"{name}: {checkpoint} has no context-aware gates (train a *_ctxaware model)")
+                raise Refusal(f"{name}: {checkpoint} has no context-aware gates (train a *_ctxaware model)")
             totals.add_layers(records)
             if pos_lines is not None:
                 pieces, tags = [], []
@@ -128,17 +127,17 @@ def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_li
                     tokens = (bpe_lines[sid].split() if bpe_lines is not None
                               else [src_dict[int(t)] for t in row if int(t) != src_dict.eos()])
                     if len(tokens) != n_pieces:
-                        raise SystemExit(f"the BPE source line {sid + 1} has {len(tokens)} pieces, "
+                        raise Refusal(f"the BPE source line {sid + 1} has {len(tokens)} pieces, "
                                          f"the binarised sentence {n_pieces}")
                     line_tags = pos_lines[sid].split()
                     n_words = len(words_of(tokens))
                     if len(line_tags) != n_words:
-                        raise SystemExit(f"--pos line {sid + 1}: {len(line_tags)} tags for {n_words} words")
+                        raise Refusal(f"--pos line {sid + 1}: {len(line_tags)} tags for {n_words} words")
                     pieces.append(tokens)
                     tags.append(line_tags)
                 totals.add_pos(records, pieces, tags)
             seen += len(sample["id"])
-    print(f"[gates] {name}: {seen} sentences of {subset}", file=sys.stderr)
+    say(f"{name}: {seen} sentences of {subset}")
     return totals
 
 
@@ -181,8 +180,8 @@ def plot_pos(rows, path):
     save_figure(fig, path)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse(argv):
+    parser = Parser(prog="python -m fairseq_csan.recipes.analysis.gate_weights", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, action="append", help="NAME=CHECKPOINT of a context-aware model")
     parser.add_argument("--data", required=True, type=Path, help="prepared task folder or data-bin")
     parser.add_argument("--out", required=True, type=Path)
@@ -192,48 +191,54 @@ def main(argv=None):
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--force", action="store_true",
                         help="replace the outputs this analysis wrote (never anyone else's)")
-    args = parser.parse_args(argv)
+    args, _ = parser.read(argv)
+    return args
+
+
+def plan(args) -> dict:
+    """Everything the models will read, checked before any model is loaded; the outputs claimed."""
     data = args.data / "data-bin" if (args.data / "data-bin").is_dir() else args.data
-    models = []
-    for spec in args.model:
-        name, sep, path = spec.partition("=")
-        if not sep or not Path(path).is_file():
-            parser.error(f"--model takes NAME=CHECKPOINT with an existing file, got '{spec}'")
-        models.append((name, Path(path)))
-    # everything the models will read, checked before any model is loaded
+    models = [(name, Path(path)) for name, sep, path in (spec.partition("=") for spec in args.model)]
+    for spec, (name, path) in zip(args.model, models):
+        if "=" not in spec or not path.is_file():
+            raise Refusal(f"--model takes NAME=CHECKPOINT with an existing file, got '{spec}'")
     if not sorted(data.glob("dict.*.txt")):
-        parser.error(f"--data {args.data}: no dict.*.txt there (give a prepared task folder or its data-bin/)")
+        raise Refusal(f"--data {args.data}: no dict.*.txt there (give a prepared task folder or its data-bin/)")
     if not sorted(data.glob(f"{args.subset}.*.bin")):
-        parser.error(f"--data {args.data}: no binarised '{args.subset}' subset there ({args.subset}.*.bin); "
-                     "--subset takes test or valid here")
+        raise Refusal(f"--data {args.data}: no binarised '{args.subset}' subset there ({args.subset}.*.bin); --subset "
+                      "takes test or valid here")
     if args.pos and not args.pos.is_file():
-        parser.error(f"--pos {args.pos}: no such file")
-    layer_paths = outputs(args.out, "gate_weights", args.force)
-    pos_paths = outputs(args.out, "gate_weights_pos", args.force) if args.pos else None
-    pos_lines = read_lines(args.pos) if args.pos else None
+        raise Refusal(f"--pos {args.pos}: no such file")
     bpe_lines = None
-    if args.pos:
-        # the source's BPE pieces, to group into words: the prepared task's bpe/ file
-        try:
-            settings = TASK.read(args.data)
-        except Damaged as e:
-            parser.error(str(e))
-        if settings:
-            src = settings["src"]
-            bpe_file = args.data / "bpe" / f"{args.subset}.{src}"
-            bpe_lines = read_lines(bpe_file) if bpe_file.is_file() else None
+    settings = TASK.read(args.data) if args.pos else None
+    if settings:  # the source's BPE pieces, to group into words: the prepared task's bpe/ file
+        bpe_file = args.data / "bpe" / f"{args.subset}.{settings['src']}"
+        bpe_lines = read_lines(bpe_file) if bpe_file.is_file() else None
+    return dict(data=data, models=models, layers=outputs(args.out, "gate_weights", args.force), bpe_lines=bpe_lines,
+                pos=outputs(args.out, "gate_weights_pos", args.force) if args.pos else None,
+                pos_lines=read_lines(args.pos) if args.pos else None)
+
+
+def run(args, p: dict) -> None:
     layer_rows, pos_rows = [], []
-    for name, checkpoint in models:
-        totals = run_model(name, checkpoint, data, args.subset, args.max_tokens, args.cpu, pos_lines, bpe_lines)
+    for name, checkpoint in p["models"]:
+        totals = run_model(name, checkpoint, p["data"], args.subset, args.max_tokens, args.cpu, p["pos_lines"],
+                           p["bpe_lines"])
         layer_rows += totals.layer_rows(name)
         pos_rows += totals.pos_rows(name)
-    print(write_table(layer_paths[0], layer_paths[1], ["model", "side", "layer", "mean λQ", "mean λK", "tokens"],
+    layers = p["layers"]
+    print(write_table(layers[0], layers[1], ["model", "side", "layer", "mean λQ", "mean λK", "tokens"],
                       layer_rows, f"Gate values of eq. 5 averaged over the real tokens of '{args.subset}'."))
-    plot_layers(layer_rows, layer_paths[2])
-    if pos_paths:
-        print(write_table(pos_paths[0], pos_paths[1], ["model", "tag", "mean λQ", "mean λK", "words x layers"],
+    plot_layers(layer_rows, layers[2])
+    if p["pos"]:
+        print(write_table(p["pos"][0], p["pos"][1], ["model", "tag", "mean λQ", "mean λK", "words x layers"],
                           pos_rows, "Word gate = mean over its BPE pieces; averaged over the encoder's gated layers."))
-        plot_pos(pos_rows, pos_paths[2])
+        plot_pos(pos_rows, p["pos"][2])
+
+
+def main(argv=None):
+    args = parse(argv)
+    run(args, plan(args))
 
 
 if __name__ == "__main__":

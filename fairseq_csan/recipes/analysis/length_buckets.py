@@ -17,10 +17,10 @@ Writes DIR/length_buckets.csv, .md and .png (the gaps as lines, the baseline's B
 on the right-hand axis, as the paper draws it).
 """
 
-import argparse
-import sys
 from pathlib import Path
 
+from ..command_line import Parser
+from ..runner import Refusal, say
 from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, save_figure, system, write_table
 
 
@@ -82,7 +82,7 @@ def plot(rows, baseline_name, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m fairseq_csan.recipes.analysis.length_buckets", description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", required=True, type=Path, help="tokenised source")
     parser.add_argument("--ref", required=True, type=Path, help="tokenised reference")
     parser.add_argument("--baseline", required=True, help="evaluation folder or NAME=FILE")
@@ -92,14 +92,14 @@ def main(argv=None):
     parser.add_argument("--width", type=int, help="fixed group width in tokens instead of equal-size groups")
     parser.add_argument("--force", action="store_true",
                         help="replace the outputs this analysis wrote (never anyone else's)")
-    args = parser.parse_args(argv)
+    args, _ = parser.read(argv)
     if args.groups < 1:
         parser.error("--groups must be at least 1")
     if args.width is not None and args.width < 1:
         parser.error("--width must be at least 1")
     source, reference = read_lines(args.src), read_lines(args.ref)
     if len(source) != len(reference):
-        raise SystemExit(f"{args.src} has {len(source)} lines, {args.ref} {len(reference)}")
+        raise Refusal(f"{args.src} has {len(source)} lines, {args.ref} {len(reference)}")
     baseline = system(args.baseline)
     systems = [system(s) for s in args.system]
     check_lengths(reference, [baseline, *systems])
@@ -111,7 +111,7 @@ def main(argv=None):
     header = ["group", "source length", "sentences", "system", "BLEU", "baseline BLEU", "gap"]
     print(write_table(csv_path, md_path, header, rows, f"Baseline: {baseline[0]}. Tokenised, case-sensitive BLEU per group."))
     plot(rows, baseline[0], png_path)
-    print(f"wrote {csv_path}, {md_path}, {png_path}", file=sys.stderr)
+    say(f"wrote {csv_path}, {md_path}, {png_path}")
 
 
 if __name__ == "__main__":

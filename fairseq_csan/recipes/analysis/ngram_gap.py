@@ -16,10 +16,10 @@ orders up to n, for those who read it that way).
 Writes DIR/ngram_gap.csv, .md and .png.
 """
 
-import argparse
-import sys
 from pathlib import Path
 
+from ..command_line import Parser
+from ..runner import say
 from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, save_figure, system, write_table
 from sacrebleu.metrics import BLEU  # noqa: E402
 
@@ -67,7 +67,7 @@ def plot(rows, baseline_name, path, max_order):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m fairseq_csan.recipes.analysis.ngram_gap", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ref", required=True, type=Path, help="tokenised reference")
     parser.add_argument("--baseline", required=True, help="evaluation folder or NAME=FILE")
     parser.add_argument("--system", required=True, action="append", help="evaluation folder or NAME=FILE")
@@ -75,7 +75,7 @@ def main(argv=None):
     parser.add_argument("--max-order", type=int, default=4)
     parser.add_argument("--force", action="store_true",
                         help="replace the outputs this analysis wrote (never anyone else's)")
-    args = parser.parse_args(argv)
+    args, _ = parser.read(argv)
     if not 1 <= args.max_order <= 9:
         parser.error("--max-order must be between 1 and 9")
     reference = read_lines(args.ref)
@@ -88,7 +88,7 @@ def main(argv=None):
     print(write_table(csv_path, md_path, header, rows,
                       f"Baseline: {baseline[0]}. Corpus modified n-gram precision (%), tokenised, case-sensitive."))
     plot(rows, baseline[0], png_path, args.max_order)
-    print(f"wrote {csv_path}, {md_path}, {png_path}", file=sys.stderr)
+    say(f"wrote {csv_path}, {md_path}, {png_path}")
 
 
 if __name__ == "__main__":

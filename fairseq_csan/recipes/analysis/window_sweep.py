@@ -8,12 +8,10 @@ heads, value; a sweep of an earlier version of the kit is refused) and eval/resu
 DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
 """
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
-from ..runner import SWEEP, Damaged
+from ..command_line import Parser
+from ..runner import RESULTS, SWEEP, Refusal, say
 from .common import outputs, pyplot, save_figure, write_table
 
 LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}
@@ -24,18 +22,14 @@ def collect(sweep: Path, metric: str):
     rows = []
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and SWEEP.exists(p)) if sweep.is_dir() else []
     for run in runs:
-        try:
-            settings = SWEEP.read(run)
-        except Damaged as e:
-            raise SystemExit(f"window_sweep: {e}") from None
-        results = run / "eval" / "results.json"
-        if not results.is_file():
-            print(f"[window_sweep] {run.name}: no eval/results.json yet; left out", file=sys.stderr)
+        settings, results = SWEEP.read(run), RESULTS.read(run / "eval")
+        if results is None:
+            say(f"{run.name}: no eval/results.json yet; left out")
             continue
-        score = json.loads(results.read_text(encoding="utf-8"))[metric]
+        score = results[metric]
         rows.append([settings["kind"], settings["value"], score, run.name])
     if not rows:
-        raise SystemExit(f"window_sweep: no evaluated runs under {sweep} (run scripts/sweep.sh first)")
+        raise Refusal(f"no evaluated runs under {sweep} (run scripts/sweep.sh first)")
     return sorted(rows, key=lambda r: (r[0] != "window", r[1]))
 
 
@@ -57,13 +51,13 @@ def plot(rows, path, metric):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m fairseq_csan.recipes.analysis.window_sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", required=True, type=Path, help="the --out of scripts/sweep.sh")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--metric", choices=["bleu_tok", "sacrebleu"], default="bleu_tok")
     parser.add_argument("--force", action="store_true",
                         help="replace the outputs this analysis wrote (never anyone else's)")
-    args = parser.parse_args(argv)
+    args, _ = parser.read(argv)
     rows = collect(args.sweep, args.metric)
     csv_path, md_path, png_path = outputs(args.out, "window_sweep", args.force)
     print(write_table(csv_path, md_path, ["kind", "value", args.metric, "run"], rows,

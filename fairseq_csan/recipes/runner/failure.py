@@ -1,0 +1,77 @@
+"""The kit's one failure path and its one message printer.
+
+Every command runs as ``as_command(main)``: ``main(argv)`` parses, plans and runs, and raises
+to end otherwise than done. Its exit status says how it ended, the same for every command:
+
+  0    done
+  2    refused before anything was written (:class:`Refusal`: a bad option or input, a user's
+       file in the way, a damaged record); one line says why and what to do
+  1    a step or child failed (:class:`Failed`), or the machine did (an OSError: a full disk, a
+       file-size limit), one line naming it and where to look
+  130  interrupted (Ctrl-C, or a SIGTERM or SIGHUP passed on to the child that was running)
+
+A command may end with another status where it says so (gpu_check.sh stops within its budget
+with 3).
+"""
+
+import errno
+import sys
+from typing import Callable, List, Optional
+
+
+class Refusal(Exception):
+    """The command must not run as asked; the message says why and what to do, in one line."""
+
+
+class Failed(Exception):
+    """A step or child failed; the message names it and where its log is, in one line."""
+
+
+_NAME = ["kit"]  # the running command's name, as its messages are prefixed ([evaluate] ...)
+
+ADVICE = {errno.ENOSPC: "free space on its disk", errno.EDQUOT: "free space within your disk quota",
+          errno.EFBIG: "raise the file-size limit (ulimit -f)", errno.EACCES: "give a place where you can write",
+          errno.EPERM: "give a place where you can write", errno.EROFS: "give a place on a disk that can be written"}
+
+
+def command_name() -> str:
+    """The running command's name (its module's: evaluate, prepare, ...), which its messages and
+    the records of what it wrote name."""
+    return _NAME[0]
+
+
+def say(message: str, stream=None) -> None:
+    """The kit's one message printer: ``[command] message`` on standard error (or ``stream``)."""
+    print(f"[{_NAME[0]}] {message}", file=stream or sys.stderr, flush=True)
+
+
+def _fault(error: OSError) -> str:
+    where = error.filename or "a file it writes"
+    if error.filename2:  # a copy: where it was written, and from what
+        where = f"{error.filename2} (a copy of {error.filename})"
+    return (f"{where}: {error.strerror or error}; {ADVICE.get(error.errno, 'see the line above')}, then run the same "
+            "command again (no output is left half written)")
+
+
+def as_command(main: Callable[[Optional[List[str]]], None], argv: Optional[List[str]] = None) -> None:
+    """Run a command's ``main(argv)`` and end the process with its status (the module's
+    docstring): a refusal, a failure, a fault of the machine or an interruption in one line."""
+    spec = getattr(sys.modules.get(main.__module__), "__spec__", None)  # python -m: __main__, its spec the module
+    before, _NAME[0] = _NAME[0], (spec.name if spec else main.__module__).rpartition(".")[2]
+    try:
+        main(argv)
+    except Refusal as error:
+        say(f"error: {error}")
+        raise SystemExit(2) from None
+    except Failed as error:
+        say(f"error: {error}")
+        raise SystemExit(1) from None
+    except OSError as error:
+        say(f"error: {_fault(error)}")
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        say("interrupted; run the same command again to go on")
+        raise SystemExit(130) from None
+    finally:
+        _NAME[0] = before  # (a caller's own name again, where a command ran in its process)
+    raise SystemExit(0)

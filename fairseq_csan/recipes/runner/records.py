@@ -1,0 +1,465 @@
+"""Records: every JSON the kit keeps is read and written here, and nowhere else.
+
+    kind          file                 written by   says
+    TASK          task.json            prepare      what a task folder was prepared with
+    RUN           run.json             train        which run a save folder holds, made from what
+    EVALUATION    evaluation.json      evaluate     what an evaluation was made of
+    RESULTS       results.json         evaluate     its scores (score.py)
+    EXPORT        export.json          export,      a model folder's seal: each file's SHA-256, and
+                                       convert      what it was made from
+    SWEEP         sweep.json           sweep        which point of a window/area sweep a run is
+    REPRODUCTION  settings.json        multi30k     a Multi30k reproduction's settings
+    (stamps)      .steps/NAME.json     every step   what a step's outputs were made from (steps.py)
+    (written)     .written.json        every writer what the kit wrote in a folder: each file's name
+                                                    (relative to the folder), SHA-256 and command
+
+A record is a JSON object of its kind's fields, each of the field's type, written atomically.
+Reading one fails closed: a record that is not what the kit writes raises :class:`Damaged`, in
+one line naming the file; a folder that an earlier version of the kit made (a ``KEY=VALUE`` file
+such as recipe.env, and no record) is refused, never read.
+
+**What the kit wrote** (:func:`writing`, :func:`check_owned`): every file a command writes
+whole is recorded, with its SHA-256 and the command, in its folder's ``.written.json``; a file
+there that no record names, or one changed since, is the user's, and no command replaces it.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional
+
+from ...model_folder import sha256  # the one file hash (fairseq is not imported)
+from .failure import Failed, Refusal, command_name, say
+from .files import atomic, is_lock, listing, temporary
+
+
+class Damaged(Refusal):
+    """A record that is not the JSON object of its kind: changed by hand, cut short, or of an
+    earlier version of the kit; the message names the file and what to do."""
+
+
+def _flag(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    return {"1": True, "0": False, "yes": True, "no": False}[str(value)]
+
+
+def _words(value) -> list:
+    """A list of strings (or one string, comma-separated)."""
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [v for v in str(value).split(",") if v]
+
+
+TYPES: Dict[str, Callable] = {"text": str, "int": int, "float": float, "flag": _flag, "list": _words,
+                              "json": lambda value: value}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of record: its file, its fields (name -> type of TYPES; open: others kept as they
+    are) and the files by which an earlier version of the kit kept the same facts (refused)."""
+
+    name: str
+    file: str
+    fields: Optional[Dict[str, str]] = None  # None: any JSON object
+    earlier: tuple = ()
+
+    def path(self, folder) -> Path:
+        return Path(folder) / self.file
+
+    def exists(self, folder) -> bool:
+        return self.path(folder).is_file() or any((Path(folder) / old).is_file() for old in self.earlier)
+
+    def typed(self, values: dict) -> dict:
+        """``values`` with each declared field converted to its type; an unknown field is an error."""
+        if self.fields is None:
+            return dict(values)
+        unknown = set(values) - set(self.fields)
+        if unknown:
+            raise ValueError(f"unknown {self.name} fields {sorted(unknown)}; known: {', '.join(self.fields)}")
+        return {k: TYPES[self.fields[k]](v) for k, v in values.items()}
+
+    def read(self, folder, file: Optional[str] = None) -> Optional[dict]:
+        """The record of ``folder`` (``file`` in it, for a record of another name), typed; None
+        where there is none. Damaged, in one line, where it is not what the kit writes."""
+        path = Path(folder) / (file or self.file)
+        old = [Path(folder) / name for name in self.earlier if (Path(folder) / name).is_file()]
+        if old and not path.is_file():
+            raise Damaged(f"{old[0]} was written by an earlier version of the kit, which this one does not read: run "
+                          f"the step that made {folder} again (into a new folder, or with --force)")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise Damaged(f"{path} cannot be read ({error.strerror})") from None
+        try:
+            values = json.loads(text)
+            if not isinstance(values, dict):
+                raise ValueError("not a JSON object")
+            return self.typed(values)
+        except (ValueError, KeyError, TypeError) as error:
+            raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
+                          "hand or cut short: run the step that made it again") from None
+
+    def write(self, folder, values: dict, file: Optional[str] = None) -> dict:
+        """Write the record atomically; the typed values."""
+        values = self.typed(values)
+        path = Path(folder) / (file or self.file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic(path) as (part,):
+            part.write_text(json.dumps(values, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+        if self.file not in (_WRITTEN_FILE, "export.json"):  # (each is a folder's record of itself)
+            record_written([path], command_name())
+        return values
+
+
+TASK = Kind("task", "task.json", {
+    "task": "text", "src": "text", "tgt": "text", "merges": "int", "joint_bpe": "flag", "clean_max_len": "int",
+    "clean_ratio": "float", "tests": "list", "tokenizer_src": "text", "tokenizer_tgt": "text",
+    "pretokenized": "flag", "test_names": "json", "warnings": "json", "like": "json"}, earlier=("recipe.env",))
+RUN = Kind("run", "run.json", {"arch": "text", "data": "text", "size": "text", "seed": "int", "share": "text",
+                               "tiny": "flag", "made_from": "json", "finetuned_from": "json"}, earlier=("run.env",))
+EVALUATION = Kind("evaluation", "evaluation.json", {
+    "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
+    "decoding": "text", "made_from": "json"}, earlier=("evaluation.env",))
+RESULTS = Kind("results", "results.json")  # score.py's figures (any fields; collect_results and the analyses read them)
+EXPORT = Kind("export", "export.json")  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
+SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"},
+             earlier=("sweep.env",))
+REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earlier version kept compares as others
+_WRITTEN_FILE = ".written.json"
+_WRITTEN = Kind("written files", _WRITTEN_FILE, {"files": "json"})
+_STAMP = Kind("step stamp", "STEP.json", {"by": "text", "settings": "json", "inputs": "json", "outputs": "json",
+                                          "temporaries": "list"})
+
+
+def read_json(path, what: str):
+    """A JSON file that is no record of the kit's (the hyper-parameters of --hparams): its value;
+    Refusal naming ``what`` where it cannot be read or is not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise Refusal(f"{what} {path}: cannot read it ({error.strerror})") from None
+    except ValueError as error:
+        raise Refusal(f"{what} {path} is not JSON: {error}") from None
+
+
+# ------------------------------------------------------------------------ what the kit wrote
+
+@contextlib.contextmanager
+def _record_of(folder: Path):
+    """The ``.written.json`` of ``folder`` (its files: name -> {sha256, by}), read and written
+    under an exclusive lock of the folder, so that two writers into one folder both keep theirs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        files = dict((_WRITTEN.read(folder) or {}).get("files") or {})
+        before = dict(files)
+        yield files
+        if files != before:
+            _WRITTEN.write(folder, {"files": files})
+    finally:
+        os.close(fd)
+
+
+def _owner(path: Path) -> Optional[dict]:
+    """What the record of ``path``'s folder says of it ({sha256, by}), or None. A model folder's
+    files are export.json's (its seal), written by the command it names."""
+    path = Path(path)
+    seal = EXPORT.read(path.parent) if EXPORT.path(path.parent).is_file() else None
+    if seal is not None and path.name == EXPORT.file:  # the seal itself: its maker's as it stands
+        return {"sha256": sha256(path), "by": seal.get("by", "export")}
+    if seal is not None and path.name in (seal.get("files") or {}):
+        return {"sha256": seal["files"][path.name], "by": seal.get("by", "export")}
+    entry = ((_WRITTEN.read(path.parent) or {}).get("files") or {}).get(path.name)
+    return entry if isinstance(entry, dict) else None
+
+
+def record_written(paths: Iterable, by: str) -> None:
+    """Record that ``by`` wrote ``paths`` (files, or folders: each of their files) as they are now."""
+    by_folder: Dict[Path, List[Path]] = {}
+    for path in map(Path, paths):
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            by_folder.setdefault(f.parent, []).append(f)
+    for folder, files in by_folder.items():
+        with _record_of(folder) as record:
+            record.update({f.name: {"sha256": sha256(f), "by": by} for f in files})
+
+
+def forget_written(paths: Iterable) -> None:
+    """Remove the files ``paths`` (a folder: each of its files) and their records."""
+    for path in map(Path, paths):
+        files = [path] if path.is_file() or path.is_symlink() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            with _record_of(f.parent) as record:
+                record.pop(f.name, None)
+            f.unlink(missing_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            for folder in sorted((p for p in path.rglob("*") if p.is_dir()), reverse=True):
+                (folder / _WRITTEN.file).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            (path / _WRITTEN.file).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def theirs(paths: Iterable, by, changed: bool = False) -> List[Path]:
+    """The files among ``paths`` (a folder: each of its files) that ``by`` (a command, or several)
+    did not write: no record names them as ``by``'s, or (``changed``) one does, but they changed since."""
+    found, by = [], (by,) if isinstance(by, str) else tuple(by)
+    for path in map(Path, paths):
+        files = [path] if path.is_file() or path.is_symlink() else sorted(
+            p for p in path.rglob("*") if p.is_file() or p.is_symlink()) if path.is_dir() else []
+        for f in (f for f in files if f.name != _WRITTEN_FILE and not is_lock(f)):
+            entry = _owner(f)
+            if f.is_symlink() or entry is None or entry.get("by") not in by or (changed and entry.get("sha256") != sha256(f)):
+                found.append(f)
+    return found
+
+
+def check_owned(paths: Iterable, by, force: Optional[bool], flag: str, redo: bool = False) -> None:
+    """Refuse, in one line naming the file and ``flag``, to write ``paths`` (a folder: each of its
+    files) where a file is that ``by`` did not write, or that changed since it did (but where
+    ``redo``: a step's output changed by hand, which the step redoes): it is the user's, and never
+    replaced, ``--force`` or not. ``force`` False: an output of ``by``'s own is refused too
+    (replaced with --force only); None: the command replaces its own outputs."""
+    paths = [Path(p) for p in paths]
+    foreign = theirs(paths, by, changed=not redo)
+    if foreign:
+        raise Refusal(f"{flag} {listing(foreign)}: {by if isinstance(by, str) else ' or '.join(by)} did not write "
+                      f"{'it' if len(foreign) == 1 else 'them'} (or it changed since): move it away or give another "
+                      f"{flag} (nothing was changed)")
+    mine = [p for p in paths if p.exists()]
+    if force is False and mine:
+        raise Refusal(f"{flag} {mine[0]} exists (an earlier output of {by}): pass --force to replace it")
+
+
+@contextlib.contextmanager
+def writing(*paths, by: Optional[str] = None):
+    """The kit's one way to write whole outputs (files, or folders the block makes): the
+    temporaries of :func:`~.files.atomic`, renamed in when the block ends normally, then recorded
+    as ``by``'s (the running command's) in their folders' records."""
+    with atomic(*paths) as parts:
+        yield parts
+    record_written(paths, by or command_name())
+
+
+def write_file(path, data, by: Optional[str] = None) -> None:
+    """Write ``data`` (str, as UTF-8, or bytes) to ``path`` whole, recorded as ``by``'s (the
+    running command's)."""
+    with writing(path, by=by) as (part,):
+        part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+# ------------------------------------------------------------------ what a model is made from
+
+def made_from(binary) -> Dict[str, str]:
+    """The SHA-256 of each file of a task's binarised folder that a model is made from: the
+    dictionaries and the training and validation data (fairseq-preprocess's ``dict.*.txt`` and
+    ``train.*``/``valid.*`` ``.bin``/``.idx``). A run records it (RUN's ``made_from``), and so does
+    an evaluation for its average: a task prepared again no longer matches."""
+    found = {}
+    for path in sorted(Path(binary).iterdir()):
+        name = path.name
+        if path.is_file() and ((name.startswith("dict.") and name.endswith(".txt"))
+                               or (name.startswith(("train.", "valid.")) and name.endswith((".bin", ".idx")))):
+            found[name] = sha256(path)
+    return found
+
+
+def changed_since(then: Dict[str, str], now: Dict[str, str]) -> Optional[str]:
+    """None where ``then`` and ``now`` (``made_from`` values) are the same files; else the first
+    that differs, with both hashes, for a one-line refusal."""
+    for name in sorted(set(then) | set(now)):
+        if then.get(name) != now.get(name):
+            def short(digest):
+                return digest[:12] if digest else "absent"
+            return f"{name} (sha256 {short(then.get(name))} then, {short(now.get(name))} now)"
+    return None
+
+
+def check_made_from(checkpoint, binary, task_name) -> Dict[str, str]:
+    """Refuse (one line naming both) a checkpoint whose record (its save folder's run.json, or the
+    evaluation.json of an averaged.pt) says it was made from other files than ``binary`` holds now;
+    a checkpoint that no record of the kit's speaks for passes (its embedding sizes are still
+    checked against the dictionaries). Returns what ``binary`` holds now (``made_from``)."""
+    now, folder = made_from(binary), Path(checkpoint).parent
+    for kind in (RUN, EVALUATION):
+        record = kind.read(folder) if kind.exists(folder) else None
+        if record is None:
+            continue
+        then = record.get("made_from")
+        if then is None and kind is EVALUATION:  # an evaluation of checkpoints no record spoke for
+            return now
+        if not then:
+            raise Damaged(f"{checkpoint} comes from a folder that an earlier version of the kit wrote "
+                          f"({kind.path(folder)} does not say which data it was made from): train (or evaluate) it again")
+        changed = changed_since(then, now)
+        if changed:
+            raise Refusal(f"{checkpoint} was made from other data than {task_name} holds now: {changed}, as "
+                          f"{kind.path(folder)} recorded it; the task was prepared again or is another one. Give the "
+                          "task folder it was trained on, or train again")
+        return now
+    return now
+
+
+def lineage(checkpoint) -> Optional[dict]:
+    """What the record beside ``checkpoint`` says it was made from (run.json's or evaluation.json's
+    ``made_from``), or None."""
+    folder = Path(checkpoint).parent
+    for kind in (RUN, EVALUATION):
+        if kind.path(folder).is_file():
+            return (kind.read(folder) or {}).get("made_from")
+    return None
+
+
+# ------------------------------------------------------------------------------ step stamps
+
+def _identity(path: Path) -> list:
+    st = path.stat()
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def fingerprint(path: Path, known: Optional[dict] = None) -> dict:
+    """{"sha256", "identity"} of a file or folder (a folder: the hash of its files' names and
+    hashes). ``known`` is an earlier fingerprint: its hash is reused while the identity (device,
+    inode, size, modification and change time; a copy gets a new change time) is the same."""
+    path = Path(path)
+    if path.is_dir():
+        h, known_files, files = hashlib.sha256(), (known or {}).get("files", {}), {}
+        for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name != _WRITTEN_FILE):
+            rel = f.relative_to(path).as_posix()
+            files[rel] = fingerprint(f, known_files.get(rel))
+            h.update(f"{rel}\0{files[rel]['sha256']}\n".encode("utf-8"))
+        return {"sha256": h.hexdigest(), "files": files}
+    identity = _identity(path)
+    if known and known.get("identity") == identity and "sha256" in known:
+        return known
+    return {"sha256": sha256(path), "identity": identity}
+
+
+def name_in(root: Path, path) -> str:
+    """How a record of ``root`` names ``path``: relative to ``root`` where it lies inside (a copy of
+    the folder names its own files), else absolute."""
+    path = Path(os.path.abspath(path))
+    try:
+        return path.relative_to(Path(os.path.abspath(root))).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def step_stamps(root) -> Dict[str, dict]:
+    """The stamps of ``root``'s steps (name -> stamp), each read failing closed (Damaged)."""
+    folder = Path(root) / ".steps"
+    return {p.stem: _STAMP.read(folder, p.name) for p in sorted(folder.glob("*.json"))
+            if not p.name.startswith(".")} if folder.is_dir() else {}
+
+
+def stamped_change(root) -> Optional[str]:
+    """None when every file that ``root``'s stamps record, input or output, is as recorded; else the
+    first that is not: its steps would be redone."""
+    for name, stamp in step_stamps(root).items():
+        for kind in ("inputs", "outputs"):
+            for path, known in (stamp.get(kind) or {}).items():
+                full = Path(root) / path
+                if not full.exists() or fingerprint(full, known)["sha256"] != known.get("sha256"):
+                    return f"{full} changed since {name} ran"
+    return None
+
+
+class Step:
+    """One step of a command (tokenising a file, learning BPE, averaging checkpoints, decoding a
+    test set, ...): its input and output paths and settings. Its stamp, ``ROOT/.steps/NAME.json``,
+    holds the command that ran it, the settings, and a fingerprint of every input and output, each
+    named relative to ROOT where it lies inside (a copied folder names its own files). A rerun
+    redoes a step, and says why, when its settings differ, an input's content changed (a corpus
+    edited in place, a checkpoint replaced with its modification time kept), an output is missing
+    or was changed by hand, or the stamp is missing or damaged (a step that was killed); it skips
+    it otherwise. Its outputs are written under temporaries of this process's, which the stamp
+    names while the step runs (so that a rerun after a kill removes them: they are the kit's by
+    its record), and renamed in once complete."""
+
+    def __init__(self, root, name: str, inputs=(), outputs=(), settings: Optional[Dict[str, str]] = None):
+        if not outputs:
+            raise ValueError(f"step {name}: no outputs")
+        self.root, self.name = Path(root), name
+        self.inputs, self.outputs = [Path(p) for p in inputs], [Path(p) for p in outputs]
+        self.settings = {k: str(v) for k, v in (settings or {}).items()}
+        self.folder, self.file = self.root / ".steps", f"{name}.json"
+
+    def _stamp(self) -> Optional[dict]:
+        try:
+            return _STAMP.read(self.folder, self.file)
+        except Damaged:
+            return None  # redone, as a step that did not finish
+
+    def stale(self) -> Optional[str]:
+        """None when the outputs were made from these inputs and settings; else the reason."""
+        for p in self.inputs:
+            if not p.exists():
+                raise Refusal(f"step {self.name}: its input {p} does not exist")
+        missing = [str(p) for p in self.outputs if not p.exists()]
+        if missing:
+            return f"no {missing[0]}"
+        stamp = self._stamp()
+        if stamp is None or stamp.get("temporaries"):
+            return "no record of what its outputs were made from (a step that did not finish)"
+        if stamp.get("settings") != self.settings:
+            old = stamp.get("settings") or {}
+            diff = sorted(k for k in set(old) | set(self.settings) if old.get(k) != self.settings.get(k))
+            return "settings changed: " + ", ".join(f"{k} {old.get(k)!r} -> {self.settings.get(k)!r}" for k in diff)
+        for kind, paths in (("inputs", self.inputs), ("outputs", self.outputs)):
+            recorded = stamp.get(kind) or {}
+            names = {name_in(self.root, p): p for p in paths}
+            if sorted(recorded) != sorted(names):
+                return f"its {kind} are other files than last time"
+            for name, p in names.items():
+                if fingerprint(p, recorded[name])["sha256"] != recorded[name].get("sha256"):
+                    return f"{'input' if kind == 'inputs' else 'output'} {p} changed since the last run"
+        return None
+
+    def _write_stamp(self, by: str, **parts) -> None:
+        old = self._stamp() or {}
+        stamp = {"by": by, "settings": self.settings, "inputs": {}, "outputs": {}, **parts}
+        for kind, paths in (("inputs", self.inputs), ("outputs", self.outputs)) if not parts else ():
+            known = old.get(kind) or {}
+            stamp[kind] = {name_in(self.root, p): fingerprint(p, known.get(name_in(self.root, p))) for p in paths}
+        _STAMP.write(self.folder, stamp, self.file)
+
+    def run(self, action: Callable[[List[Path]], None], by: str) -> None:
+        """Remove the outputs (a file of the user's among them is refused first) and run ``action(the
+        outputs' temporaries)``; rename them in, recorded as ``by``'s, with the new stamp."""
+        check_owned(self.outputs, by, None, f"step {self.name}'s output", redo=True)
+        for leftover in (self._stamp() or {}).get("temporaries") or ():  # a run of this step killed: its own
+            forget_written([self.root / leftover])
+        forget_written(self.outputs)
+        self._write_stamp(by, temporaries=[name_in(self.root, temporary(p)) for p in self.outputs])
+        with atomic(*self.outputs) as temps:
+            action(temps)
+            missing = [t for t in temps if not t.exists()]
+            if missing:
+                raise Failed(f"step {self.name}: its command made no {missing[0]}")
+        record_written(self.outputs, by)
+        self._write_stamp(by)
+
+
+def make(step: Step, action: Callable[[List[Path]], None], force: bool = False, what: str = "", short: str = "") -> bool:
+    """Unless ``step`` is current, run ``action(its outputs' temporaries)`` (:meth:`Step.run`) as
+    the running command's; True when it ran. The log line says why it ran, or that it was skipped."""
+    what = what or step.name
+    reason = "--force" if force else step.stale()
+    if reason is None:
+        say(f"{short or what}: up to date; skipped")
+        return False
+    say(f"{what} ({'redone: ' if (step.folder / step.file).exists() else ''}{reason})")
+    step.run(action, command_name())
+    return True
