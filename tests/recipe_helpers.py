@@ -301,7 +301,7 @@ def prepare_planner(monkeypatch, capsys, root, base):
     import sys
 
     from fairseq_csan.recipes import prepare as preparer
-    from fairseq_csan.recipes.runner import record_written
+    from fairseq_csan.recipes.runner.records import _record_written
 
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")  # its tools
     runs = itertools.count()
@@ -318,10 +318,10 @@ def prepare_planner(monkeypatch, capsys, root, base):
             for path in stp.outputs:  # what the next steps read
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
-            record_written(stp.outputs, "prepare")  # as make leaves them: what prepare wrote
+            _record_written(stp.outputs, "prepare")  # as make leaves them: what prepare wrote
             return True
 
-        monkeypatch.setattr(preparer, "make", step)
+        monkeypatch.setattr(preparer.Step, "make", step)
         monkeypatch.setattr(preparer, "call", lambda command, **_: record.append([str(c) for c in command]))
         refused = refusal_of(preparer.main, [*base, "--out", out, *extra], capsys)
         return repr(record).replace(str(out), "OUT"), refused

@@ -255,7 +255,7 @@ def test_every_option_changes_the_evaluation_or_is_refused(ende, tree, tmp_path,
                 if step.name == "decode":
                     action([out / "generate.txt.tmp", out / "generate.log.tmp"])
 
-            monkeypatch.setattr(evaluate, "make", make)
+            monkeypatch.setattr(evaluate.Step, "make", make)
             monkeypatch.setattr(evaluate, "decode", lambda command, gen, log, total, every, threads:
                                 record.append(("fairseq-generate", command, total, every, threads)))
             monkeypatch.setattr(score, "score", lambda *args, **kwargs: record.append(("score", args, kwargs)))

@@ -220,7 +220,7 @@ def test_a_run_is_kept_while_its_evaluation_is_finished_and_of_the_task_as_it_is
     from argparse import Namespace
 
     from fairseq_csan.recipes.multi30k import check_kept, kept
-    from fairseq_csan.recipes.runner import EVALUATION, Refusal, Step, made_from, make
+    from fairseq_csan.recipes.runner import EVALUATION, Refusal, Step, made_from
 
     binary = tmp_path / "data" / "data-bin"
     for name in ("dict.en.txt", "train.en-de.en.bin", "valid.en-de.en.bin", "test.en-de.de.bin"):
@@ -232,8 +232,8 @@ def test_a_run_is_kept_while_its_evaluation_is_finished_and_of_the_task_as_it_is
         (folder / "eval").mkdir(parents=True)
         EVALUATION.write(folder / "eval", {"made_from": made_from(binary)})
         assert not kept(folder, binary, "the run")  # no results.json yet: the evaluation did not finish
-        make(Step(folder / "eval", "decode", [binary / "test.en-de.de.bin"], [folder / "eval" / "gen"]),
-             lambda temps: temps[0].write_text("hypotheses"))
+        Step(folder / "eval", "decode", [binary / "test.en-de.de.bin"], [folder / "eval" / "gen"]).make(
+            lambda temps: temps[0].write_text("hypotheses"))
         (folder / "eval" / "results.json").write_text("{}")
         assert kept(folder, binary, "the run")
     check_kept(args, tmp_path / "data")

@@ -25,9 +25,12 @@ from recipe_helpers import hold_lock, lines, recipe_main, run, write
 from fairseq_csan.recipes import runner
 from fairseq_csan.recipes.average_checkpoints import newest_checkpoints
 from fairseq_csan.recipes.evaluate import OUTPUTS
-from fairseq_csan.recipes.runner import (EVALUATION, EXPORT, REPRODUCTION, RESULTS, RUN, SWEEP, TASK, Damaged, Failed, Kind,
-                                         Refusal, WriterLock, check_owned, refuse_overlaps, write_file)
-from fairseq_csan.recipes.runner.records import TYPES, theirs
+from fairseq_csan.recipes.multi30k import REPRODUCTION
+from fairseq_csan.recipes.runner import (EVALUATION, EXPORT, RESULTS, RUN, Damaged, Failed, Kind, Refusal, WriterLock,
+                                         check_owned, refuse_overlaps, theirs, write_file)
+from fairseq_csan.recipes.runner.records import TYPES
+from fairseq_csan.recipes.sweep import SWEEP
+from fairseq_csan.recipes.task import TASK
 
 
 # ---------------------------------------------------------------- the rules, on their own
@@ -672,7 +675,7 @@ def test_a_child_writes_its_output_where_asked_and_reads_the_files_given(tmp_pat
 PARENT = """
 import signal, sys
 from fairseq_csan.recipes.runner import children
-children.RESEND_S = 1
+children._RESEND_S = 1
 child = '''
 import os, signal, sys, time
 for name in sys.argv[1].split(","):
@@ -785,7 +788,7 @@ def upper(step, calls):
         calls.append(1)
         temps[0].write_text(step.inputs[0].read_text().upper())
 
-    return runner.make(step, action)
+    return step.make(action)
 
 
 @pytest.fixture
@@ -873,7 +876,7 @@ def test_a_failed_action_leaves_no_output_that_looks_finished(folder):
         raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError):
-        runner.make(make_step(folder), fail)
+        make_step(folder).make(fail)
     assert not (folder / "out.txt").exists() and not list(folder.glob(".out.txt.*"))
     assert make_step(folder).stale() == f"no {folder / 'out.txt'}"
 
@@ -885,7 +888,7 @@ def test_a_fault_while_writing_names_the_output_not_its_temporary(folder, capsys
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     with pytest.raises(OSError) as raised:
-        runner.make(make_step(folder), lambda temps: full_disk(temps[0]))
+        make_step(folder).make(lambda temps: full_disk(temps[0]))
     assert raised.value.filename == str(folder / "out.txt")
     with pytest.raises(OSError) as raised:
         with runner.atomic(folder / "a.txt", folder / "b.txt") as (_, part_b):
@@ -915,7 +918,7 @@ def test_a_fault_while_writing_names_the_output_not_its_temporary(folder, capsys
 
 def test_a_folder_output_is_fingerprinted_file_by_file(folder):
     step = runner.Step(folder, "dir", [folder / "in.txt"], [folder / "bin"], {})
-    runner.make(step, lambda temps: (temps[0].mkdir(), (temps[0] / "x").write_text("1")))
+    step.make(lambda temps: (temps[0].mkdir(), (temps[0] / "x").write_text("1")))
     assert step.stale() is None
     (folder / "bin" / "x").write_text("2")
     assert step.stale() == f"output {folder / 'bin'} changed since the last run"

@@ -24,6 +24,7 @@ import torch
 from conftest import REPO, shared_corpus, snapshot
 from recipe_helpers import fake_task, lines, run, train_main, train_tiny, write
 
+from fairseq_csan.recipes import save_folder
 from fairseq_csan.recipes import train as kit
 from fairseq_csan.recipes.runner import Refusal
 
@@ -69,7 +70,10 @@ def test_hyper_parameters_come_from_the_file_given(tmp_path):
     _, err, code = dry_run(data, "--hparams", mine, check=False)
     assert code == 2 and f"--hparams {mine} has no 'sizes' part" in err
     _, err, code = dry_run(data, "--hparams", tmp_path / "absent.json", check=False)
-    assert code == 2 and "--hparams" in err and "cannot read it" in err
+    assert code == 2 and f"--hparams {tmp_path / 'absent.json'}: no such file" in err
+    mine.write_text("{not json", encoding="utf-8")
+    _, err, code = dry_run(data, "--hparams", mine, check=False)
+    assert code == 2 and f"{mine} is not a hyper-parameters record" in err
 
 
 def test_the_command_shown_in_train_sh_is_what_it_runs(tmp_path):
@@ -238,11 +242,11 @@ def test_a_cut_checkpoint_last_is_replaced_by_the_newest_intact_one(tmp_path):
     newest = stand_in(tmp_path / "checkpoint_1_4.pt", 4)
     stand_in(tmp_path / "checkpoint_last.pt", 4)
     cut(tmp_path / "checkpoint_last.pt")
-    [message] = kit.repair_checkpoints(tmp_path)
+    [message] = save_folder.repair_checkpoints(tmp_path)
     assert "checkpoint_last.pt is damaged" in message and "resuming from checkpoint_1_4.pt" in message
     assert "PytorchStreamReader failed" in message or "bytes" in message
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == newest
-    assert kit.repair_checkpoints(tmp_path) == []  # now intact and newest: nothing to do
+    assert save_folder.repair_checkpoints(tmp_path) == []  # now intact and newest: nothing to do
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -251,7 +255,7 @@ def test_damaged_interval_checkpoints_are_passed_over(tmp_path):
     stand_in(tmp_path / "checkpoint_1_4.pt", 4)
     cut(tmp_path / "checkpoint_1_4.pt")
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # a copy killed at once
-    messages = kit.repair_checkpoints(tmp_path)
+    messages = save_folder.repair_checkpoints(tmp_path)
     assert "resuming from checkpoint_1_2.pt" in messages[0] and "checkpoint_1_4.pt is damaged too" in messages[1]
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == older
 
@@ -260,7 +264,7 @@ def test_an_intact_but_older_checkpoint_last_gives_way_to_a_newer_one(tmp_path):
     """A kill after fairseq wrote checkpoint_1_4.pt and before it copied it over checkpoint_last.pt."""
     stand_in(tmp_path / "checkpoint_last.pt", 2)
     newest = stand_in(tmp_path / "checkpoint_1_4.pt", 4)
-    [message] = kit.repair_checkpoints(tmp_path)
+    [message] = save_folder.repair_checkpoints(tmp_path)
     assert "checkpoint_1_4.pt (update 4) is newer than checkpoint_last.pt (update 2)" in message
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == newest
 
@@ -268,7 +272,7 @@ def test_an_intact_but_older_checkpoint_last_gives_way_to_a_newer_one(tmp_path):
 def test_nothing_to_resume_from_is_refused_with_the_way_out(tmp_path):
     (tmp_path / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 cut")
     with pytest.raises(Refusal, match="is damaged .* no intact checkpoint_E_U.pt is left to resume from; delete it"):
-        kit.repair_checkpoints(tmp_path)
+        save_folder.repair_checkpoints(tmp_path)
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == b"PK\x03\x04 cut"  # left for the user to judge
 
 
@@ -277,12 +281,12 @@ def test_a_cut_checkpoint_best_is_restored_from_the_checkpoint_it_copied(tmp_pat
     stand_in(tmp_path / "checkpoint_1_4.pt", 4, val_loss=1.7, best=1.5)
     stand_in(tmp_path / "checkpoint_last.pt", 4, val_loss=1.7, best=1.5)
     (tmp_path / "checkpoint_best.pt").write_bytes(b"")
-    [message] = kit.repair_checkpoints(tmp_path)
+    [message] = save_folder.repair_checkpoints(tmp_path)
     assert "checkpoint_best.pt is damaged" in message and "replaced by checkpoint_1_2.pt" in message
     assert (tmp_path / "checkpoint_best.pt").read_bytes() == best
     (tmp_path / "checkpoint_1_2.pt").unlink()  # no longer kept (--keep-interval-updates)
     cut(tmp_path / "checkpoint_best.pt")
-    [message] = kit.repair_checkpoints(tmp_path)
+    [message] = save_folder.repair_checkpoints(tmp_path)
     assert "removed" in message and not (tmp_path / "checkpoint_best.pt").exists()
 
 
@@ -481,7 +485,7 @@ RUN_WITH_TRAINER = """
 import sys
 from fairseq_csan.recipes import train as kit
 from fairseq_csan.recipes.runner import as_command, children
-children.RESEND_S = 2
+children._RESEND_S = 2
 data, save, launcher, trainer = sys.argv[1:]
 plan = kit.build(kit.parse(["--data", data, "--arch", "transformer", "--save-dir", save, "--cpu-tiny"]))
 plan.update(save_given=save, cmd=[sys.executable, "-c", trainer], launcher=launcher)
@@ -491,7 +495,7 @@ as_command(lambda argv: kit.run(plan), [])
 
 @pytest.mark.parametrize("launcher", ["", "torchrun"])
 def test_a_signal_the_trainer_lost_is_passed_on_again(tmp_path, launcher):
-    """The trainer alone (fairseq-train) still running RESEND_S seconds after SIGINT gets it
+    """The trainer alone (fairseq-train) still running _RESEND_S seconds after SIGINT gets it
     again, and stops; a launcher (torchrun, srun) that ends its workers itself gets it once."""
     data, save = fake_task(tmp_path), tmp_path / "ck"
     kit_process = subprocess.Popen([sys.executable, "-c", RUN_WITH_TRAINER, data, save, launcher, LOSES_ONE_SIGINT],
@@ -621,7 +625,7 @@ def test_a_run_has_finished_when_its_last_checkpoint_reaches_max_update(tmp_path
     for command, expected in ((["--max-update", "20"], 20), (["--max-update", "16"], 20),
                               (["--max-update", "100", "--max-update=20"], 20), (["--max-update", "21"], None),
                               (["--max-update", "0"], None), (["--max-epoch", "1"], None)):
-        assert kit.finished(last, kit.flag_value(["fairseq-train", "data", *command], "--max-update")) == expected, command
+        assert save_folder.finished(last, kit.flag_value(["fairseq-train", "data", *command], "--max-update")) == expected, command
 
 
 
@@ -888,14 +892,14 @@ def test_force_removes_only_what_a_training_wrote(tmp_path):
     (save / ".lock").write_text("held")
     (save / ".node1.lock").write_text("another machine's")
     with pytest.raises(Refusal, match="holds no run record of the kit's"):
-        kit.start_over(save)
+        save_folder.start_over(save)
     kit.RUN.write(save, {"arch": "transformer", "data": "d", "seed": 1})
     (save / "notes.txt").write_text("a user's notes")
     with pytest.raises(Refusal, match=r"holds what a training did not write \(notes.txt\)"):
-        kit.start_over(save)
+        save_folder.start_over(save)
     assert sorted(p.name for p in save.iterdir()) == sorted([*ours, "notes.txt", "run.json", ".written.json", ".lock",
                                                              ".node1.lock"])
     (save / "notes.txt").unlink()
-    kit.start_over(save)
+    save_folder.start_over(save)
     assert sorted(p.name for p in save.iterdir()) == [".lock", ".node1.lock"]
-    kit.start_over(save)  # nothing left to remove
+    save_folder.start_over(save)  # nothing left to remove

@@ -24,7 +24,7 @@ from typing import Optional
 
 from .. import register
 from .command_line import Parser, positive
-from .runner import Refusal, WriterLock, check_owned, check_writable, refuse_overlaps, save_torch, say, writing
+from .runner import Refusal, WriterLock, check_owned, check_writable, refuse_overlaps, save_torch, say, write_file
 
 # fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
 # when it removes old checkpoints: the group is the number they are ordered by
@@ -203,8 +203,7 @@ def main(argv=None):
     with WriterLock(args.output, folder=False, what="average_checkpoints"):
         check_owned([args.output], "average_checkpoints", args.force, "--output")  # again, under the lock
         say(f"averaging {len(paths)} checkpoints: {', '.join(path.name for path in paths)}")
-        with writing(args.output, by="average_checkpoints") as (part,):
-            save_torch(average(paths), part)
+        write_file(args.output, lambda part: save_torch(average(paths), part), "average_checkpoints")
     say(f"wrote {args.output}")
 
 

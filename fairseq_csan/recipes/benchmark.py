@@ -167,15 +167,9 @@ def check_device(args):
         raise Refusal(f"--precision bf16: {torch.cuda.get_device_name()} has no bfloat16 support; use fp16 or fp32")
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if args.probe_memory:  # a child of --mode long: one measurement, printed
-        from .benchmark_runs import PRECISIONS, probe_memory, torch
-
-        variant, impl, T, B = args.probe_memory
-        torch.set_num_threads(1)
-        print(probe_memory(variant, impl, int(T), int(B), PRECISIONS[args.precision]))
-        return
+def plan(args) -> bool:
+    """Every check before any measurement (the device, the output, the architectures, the lengths);
+    whether the allocator is tuned for the measurements (else this process starts again, tuned)."""
     check_device(args)
     if args.out:
         check_writable(args.out, "--out")
@@ -184,10 +178,15 @@ def main(argv=None):
         architectures(args)  # an unknown one fails here, before any work
     if args.mode in ("train", "decode") and args.lengths_from and not Path(f"{args.lengths_from}.en").exists():
         raise Refusal(f"--lengths-from: no length source at {args.lengths_from}.en; give --lengths-from PREFIX "
-               "(an .en/.de pair, e.g. newstest2014)")
+                      "(an .en/.de pair, e.g. newstest2014)")
     tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
     if not args.no_malloc_tuning and not tuned and platform.system() == "Linux":
         os.execve(sys.executable, [sys.executable, "-m", MODULE, *sys.argv[1:]], {**os.environ, **MALLOC_TUNING})
+    return tuned
+
+
+def run(args, tuned: bool) -> None:
+    """The measurements of --mode, as a table printed (and written to --out)."""
     from .benchmark_runs import crossover_table, long_inputs, machine, make_dictionary, sentences, torch
 
     args.threads = args.threads or torch.get_num_threads()
@@ -213,6 +212,18 @@ def main(argv=None):
     print(table)
     if args.out:
         write_file(args.out, table + "\n", "benchmark")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.probe_memory:  # a child of --mode long: one measurement, printed
+        from .benchmark_runs import PRECISIONS, probe_memory, torch
+
+        variant, impl, T, B = args.probe_memory
+        torch.set_num_threads(1)
+        print(probe_memory(variant, impl, int(T), int(B), PRECISIONS[args.precision]))
+        return
+    run(args, plan(args))
 
 
 def architectures(args):

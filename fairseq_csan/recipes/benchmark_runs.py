@@ -485,6 +485,13 @@ def sentences(args, dictionary, tuned):
         ratios = " ".join(f"{a} {elapsed[baseline] / elapsed[a]:.3f}" for a in archs[1:])
         say(f"{label}: {batch[0].size(0)} sentences, {what}; ratios {ratios}")
 
+    return sentences_table(args, tuned, pairs, archs, params, tokens, seconds)
+
+
+def sentences_table(args, tuned, pairs, archs, params, tokens, seconds) -> list:
+    """The lines of --mode train / decode's table: each model's median throughput and its ratio to
+    the baseline's (the first), from the rounds measured side by side."""
+    baseline, device = archs[0], args.device
     src_len = statistics.mean(p[0] for p in pairs)
     dims = f"{args.size} dimensions" + (f" with {' '.join(args.model_flags)}" if args.model_flags else "")
     if args.mode == "train":

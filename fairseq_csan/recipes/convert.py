@@ -255,7 +255,7 @@ def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: st
                               force, "convert")
 
 
-def main(argv=None):
+def parser() -> Parser:
     p = Parser(prog="python -m fairseq_csan.recipes.convert", description=__doc__.split("\n\n")[0],
                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     p.add_argument("--model", required=True, type=Path, help="the Transformer's model folder (model.pt, dict.*.txt, bpecodes)")
@@ -270,11 +270,16 @@ def main(argv=None):
     p.add_argument("--force", action="store_true", help="replace a different model folder that convert or export wrote")
     p.epilog += ("\n\nVARIANT FLAGS: the architecture's own (python -m fairseq_csan help fairseq-train --arch ARCH lists "
                  "them), checked as fairseq-train checks them.")
-    if argv is None:
-        import sys
+    return p
 
-        argv = sys.argv[1:]
-    p.parse_known_args(argv)  # --help and the options above, before fairseq is imported
+
+def parse(argv):
+    """The options: --help and the base options before fairseq is imported; then, with the
+    plugin registered, the variants' own flags, checked as fairseq-train checks them."""
+    import sys
+
+    p, argv = parser(), sys.argv[1:] if argv is None else argv
+    p.parse_known_args(argv)
     from .. import register
 
     register()  # the variants' flags
@@ -285,8 +290,13 @@ def main(argv=None):
     args, rest = p.parse_known_args(argv)
     if rest:
         raise Refusal(unknown_flag(rest[0], actions))
-    flags = {a.dest: getattr(args, a.dest) for a in actions if getattr(args, a.dest) is not None}
-    how = convert(args.model, args.arch, flags, args.out, args.checkpoint, args.seed, args.force,
+    args.flags = {a.dest: getattr(args, a.dest) for a in actions if getattr(args, a.dest) is not None}
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    how = convert(args.model, args.arch, args.flags, args.out, args.checkpoint, args.seed, args.force,
                   {"tokenizer": args.tokenizer, "bpe": args.bpe})
     say(f"{args.out}: {how} (--arch {args.arch} from {args.model}; fine-tune with scripts/train.sh --finetune-from "
         f"{args.out}, or translate with python -m fairseq_csan.recipes.translate --model {args.out})")

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 from . import decoding, score
 from .average_checkpoints import average, newest_checkpoints
 from .command_line import Parser, positive
-from .runner import (EVALUATION, RESULTS, RUN, Failed, Progress, Refusal, Step, WriterLock, check_owned, lineage, make,
-                     refuse_overlaps, run_child, save_torch, say, shell_words)
+from .runner import (EVALUATION, RESULTS, RUN, Failed, Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps,
+                     run_child, save_torch, say, shell_words)
 from .runner.records import forget_written
 from .task import PreparedTask
 from .. import user_dir
@@ -160,6 +161,15 @@ def too_long_lines(bpe_file: Path, limit):
         return [n for n, line in enumerate(f, 1) if len(line.split()) + 1 > limit]
 
 
+def lineage(checkpoint) -> Optional[dict]:
+    """What the record beside ``checkpoint`` says it was made from (run.json's or evaluation.json's
+    ``made_from``), or None where no record of the kit's speaks for it."""
+    for kind in (RUN, EVALUATION):
+        if kind.path(Path(checkpoint).parent).is_file():
+            return (kind.read(Path(checkpoint).parent) or {}).get("made_from")
+    return None
+
+
 def claim(args, chosen: dict) -> None:
     """The --out: its lock, its record of what this evaluation is of (another one is refused unless
     --force, which removes its outputs), and no file of the user's where evaluate writes."""
@@ -220,9 +230,9 @@ def run(args, task: PreparedTask, refs: dict, chosen: dict) -> None:
         say(f"1/3 evaluating {model} (no averaging)")
     else:
         model = out / "averaged.pt"
-        make(Step(out, "average", inputs, [model], {"last": last}), lambda temps: save_torch(average(inputs), temps[0]),
-             force=args.force, what=f"1/3 averaging the last {last} checkpoints of {args.checkpoints}",
-             short=f"1/3 {model} (the same checkpoints)")
+        Step(out, "average", inputs, [model], {"last": last}).make(
+            lambda temps: save_torch(average(inputs), temps[0]), force=args.force,
+            what=f"1/3 averaging the last {last} checkpoints of {args.checkpoints}", short=f"1/3 {model} (the same checkpoints)")
     total = sum(1 for _ in open(refs["tokenised source"], "rb"))
     settings = decoding.generate_args(beam=args.beam, lenpen=args.lenpen)
     hw = ["--cpu"] * args.cpu + ["--fp16"] * args.fp16
@@ -232,11 +242,11 @@ def run(args, task: PreparedTask, refs: dict, chosen: dict) -> None:
     test_files = sorted(task.data_bin.glob(f"{args.subset}.{task.src}-{task.tgt}.*")) + sorted(task.data_bin.glob("dict.*.txt"))
     gen, log = out / "generate.txt", out / "generate.log"
     threads = decoding.cpu_threads(min(args.batch_size, total), args.threads)
-    make(Step(out, "decode", [model, *test_files], [gen, log],
-              {"subset": args.subset, "command": " ".join(settings + hw), "batch_size": args.batch_size}),
-         lambda temps: decode(command, temps[0], temps[1], total, args.progress_every, threads), force=args.force,
-         what=f"2/3 decoding {args.subset} ({total} sentences): beam {args.beam}, length penalty {args.lenpen:g}, output "
-              f"length <= source + {decoding.MAX_LEN_B}", short=f"2/3 {gen} (the same model and settings)")
+    Step(out, "decode", [model, *test_files], [gen, log],
+         {"subset": args.subset, "command": " ".join(settings + hw), "batch_size": args.batch_size}).make(
+        lambda temps: decode(command, temps[0], temps[1], total, args.progress_every, threads), force=args.force,
+        what=f"2/3 decoding {args.subset} ({total} sentences): beam {args.beam}, length penalty {args.lenpen:g}, output "
+             f"length <= source + {decoding.MAX_LEN_B}", short=f"2/3 {gen} (the same model and settings)")
     say("3/3 scoring")  # every time: it is quick, and reads the references as they are now
     score.score(out, gen, log, refs["tokenised reference"], refs["raw reference"], task.tgt,
                 name=args.name or chosen["arch"] or out.name, arch=chosen["arch"], task=task.task, subset=args.subset,

@@ -38,10 +38,12 @@ import numpy as np
 
 from .analysis.common import pyplot, read_lines, save_figure, write_table
 from .command_line import Parser, items, positive
-from .runner import (EVALUATION, REPRODUCTION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since,
+from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since,
                      listing, made_from, run_child, say, shell_words, stamped_change, stop_children, write_file)
 from .runner.records import forget_written, theirs
 from .score import mark
+
+REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earlier version kept compares as others
 
 TABLE = Kind("reproduction results", "results.json", {"records": "json"})  # OUT/results.json: the table's records
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)

@@ -35,10 +35,10 @@ from typing import List
 
 from . import corpora, like, text
 from .command_line import Parser, at_least, language, positive
-from .runner import (TASK, Progress, Refusal, Step, WriterLock, check_owned, make, refuse_overlaps, run_child, say,
+from .runner import (Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps, run_child, say,
                      shell_words, write_file)
 from .runner.records import forget_written
-from .task import PreparedTask
+from .task import TASK, PreparedTask
 
 OWNED = ("raw", "tok", "bpe", "data-bin", ".steps", "task.json", "tools.txt")  # what prepare writes in OUT
 TOKENIZER_PACKAGE = {"zh": "jieba", "ja": "fugashi"}  # the rest: sacremoses (text.py)
@@ -329,7 +329,7 @@ def would(p: dict, step: Step, what: str, short: str) -> bool:
 def step(p: dict, name: str, inputs, outputs, action, what: str, short: str = "", **settings) -> bool:
     """One step of the plan: listed on a dry run, else run where it is not current (runner.make)."""
     s = Step(p["task"].root, name, inputs, outputs, settings)
-    return would(p, s, what, short) if p["args"].dry_run else make(s, action, what=what, short=short)
+    return would(p, s, what, short) if p["args"].dry_run else s.make(action, what=what, short=short)
 
 
 def call(argv, stdout=None, stdin=(), progress=None) -> None:

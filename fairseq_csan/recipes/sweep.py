@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import List
 
 from .command_line import Parser, items, positive
-from .runner import SWEEP, Refusal, WriterLock, check_owned, run_child, say, shell_words
+from .runner import Kind, Refusal, WriterLock, check_owned, run_child, say, shell_words
 from .task import is_task
+
+SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"},
+             earlier=("sweep.env",))
 
 
 def parser() -> Parser:

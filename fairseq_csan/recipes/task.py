@@ -2,7 +2,7 @@
 
 ``examples/<task>/prepare.sh`` makes a folder that every later command reads::
 
-    task.json      what was prepared (runner.TASK): task, src, tgt, merges, joint_bpe,
+    task.json      what was prepared (TASK): task, src, tgt, merges, joint_bpe,
                    clean_max_len, clean_ratio, tests (the test sets: test, test1, ...),
                    tokenizer_src, tokenizer_tgt (the rule each language was tokenised by,
                    text.tokenizer_name), pretokenized (the text's own tokens kept), like (the
@@ -18,7 +18,12 @@
 
 from pathlib import Path
 
-from .runner import TASK, Refusal
+from .runner import Kind, Refusal
+
+TASK = Kind("task", "task.json", {
+    "task": "text", "src": "text", "tgt": "text", "merges": "int", "joint_bpe": "flag", "clean_max_len": "int",
+    "clean_ratio": "float", "tests": "list", "tokenizer_src": "text", "tokenizer_tgt": "text",
+    "pretokenized": "flag", "test_names": "json", "warnings": "json", "like": "json"}, earlier=("recipe.env",))
 
 FINDINGS = ("warnings", "test_names")  # what a preparation found or named, not a setting that makes another task
 

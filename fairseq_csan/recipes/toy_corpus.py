@@ -99,14 +99,8 @@ def sentence_pair(rng):
     return text(en), text(de)
 
 
-def main(argv=None):
-    p = Parser(prog="python -m fairseq_csan.recipes.toy_corpus", description=__doc__.split("\n\n")[0])
-    p.add_argument("out_dir", type=Path)
-    p.add_argument("--train", type=positive, default=20000)
-    p.add_argument("--valid", type=positive, default=500)
-    p.add_argument("--test", type=positive, default=500)
-    p.add_argument("--seed", type=int, default=1)
-    args, _ = p.read(argv)
+def splits_of(args) -> dict:
+    """The pairs of each split (train, val, test), drawn from the grammar, no sentence in two."""
     rng, seen, pairs = random.Random(args.seed), set(), []
     total = args.train + args.valid + args.test
     for _ in range(100 * total):
@@ -118,8 +112,19 @@ def main(argv=None):
             pairs.append(pair)
     if len(pairs) < total:
         raise Refusal(f"the grammar gave only {len(pairs)} distinct sentences; ask for fewer")
-    splits = {"train": pairs[: args.train], "val": pairs[args.train: args.train + args.valid],
-              "test": pairs[args.train + args.valid:]}
+    return {"train": pairs[: args.train], "val": pairs[args.train: args.train + args.valid],
+            "test": pairs[args.train + args.valid:]}
+
+
+def main(argv=None):
+    p = Parser(prog="python -m fairseq_csan.recipes.toy_corpus", description=__doc__.split("\n\n")[0])
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--train", type=positive, default=20000)
+    p.add_argument("--valid", type=positive, default=500)
+    p.add_argument("--test", type=positive, default=500)
+    p.add_argument("--seed", type=int, default=1)
+    args, _ = p.read(argv)
+    splits = splits_of(args)
     files = {args.out_dir / f"{split}.{lang}": "".join(r[side] + "\n" for r in rows)
              for split, rows in splits.items() for side, lang in ((0, "en"), (1, "de"))}
     with WriterLock(args.out_dir, folder=True, what="toy_corpus"):  # a file of the user's there is refused, not replaced

@@ -17,7 +17,7 @@ fairseq-train command (``--dry-run`` prints it); run, in this order:
 4. runs the command (runner.run_child), its output appended to SAVE/train.log and shown, with a
    progress line now and then (:func:`progress_of`); SIGTERM, SIGINT or SIGHUP is passed on to the
    trainer, which this process then waits for (a lone fairseq-train that still runs
-   runner.RESEND_S seconds later gets it again).
+   runner._RESEND_S seconds later gets it again).
 """
 
 from __future__ import annotations
@@ -30,18 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from .checkpoints import finished, repair_checkpoints
+from .save_folder import claim, finished, repair_checkpoints
 from .command_line import Parser, positive, whole
-from .runner import (RUN, TASK, Failed, Progress, Refusal, WriterLock, made_from, read_json,
-                     run_child, say, shell_words)
-from .runner.records import changed_since
-from .runner.files import is_lock
-from .task import PreparedTask
+from .runner import RUN, Failed, Kind, Progress, Refusal, run_child, say, shell_words
+from .task import TASK, PreparedTask
 from .. import user_dir
 from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
 
 PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 HPARAMS = Path(__file__).with_name("hparams.json")
+HYPER_PARAMETERS = Kind("hyper-parameters", "hparams.json")  # (any fields: the sizes and schedules of hparams.json)
 
 
 # ---------------------------------------------------------------------------- the options
@@ -119,9 +117,12 @@ def parse(argv) -> object:
 
 
 def read_hparams(path) -> dict:
-    hp = read_json(path, "--hparams")
+    path = Path(path)
+    if not path.is_file():
+        raise Refusal(f"--hparams {path}: no such file")
+    hp = HYPER_PARAMETERS.read(path.parent, path.name)
     for key in ("sizes", "all_sizes", "cpu_tiny"):
-        if not isinstance(hp, dict) or key not in hp:
+        if key not in hp:
             raise Refusal(f"--hparams {path} has no {key!r} part (see {HPARAMS} for the layout)")
     return hp
 
@@ -351,7 +352,7 @@ def schedule(o, hp: dict) -> dict:
     if o.start_from is not None:  # the folder's shape, its weights, and a fine-tuning's learning rate and warm-up
         from .export import shape_arguments
 
-        tune = hp.get("finetune") or read_json(HPARAMS, "the kit's hyper-parameters")["finetune"]
+        tune = hp.get("finetune") or HYPER_PARAMETERS.read(HPARAMS.parent)["finetune"]
         s.update(model=shape_arguments(o.start_from["shape"]), lr=f"{float(s['lr']) * tune['lr_factor']:.3g}",
                  warmup=max(1, int(s["warmup"] * tune["warmup_factor"])))
     return s
@@ -475,63 +476,6 @@ def can_import(module: str) -> bool:
         return False
 
 
-# ---------------------------------------------------------------------------- the save folder
-
-def write_identity(save: Path, identity: dict) -> None:
-    """The run record of ``save`` (records.RUN), with what the run is made from (the task's
-    dictionaries and training data, records.made_from); a folder that holds another run, or this
-    run made from other data (the task prepared again since), is refused."""
-    held = RUN.read(save)
-    identity = dict(identity, made_from=made_from(identity["data"]))
-    if held is not None and "made_from" not in held:
-        raise Refusal(f"{save} holds a run that an earlier version of the kit started ({RUN.path(save).name} does not "
-                      "say which data it was made from): give a new --save-dir, or --force to start it again")
-    changed = held is not None and changed_since(held["made_from"], identity["made_from"])
-    if changed:
-        raise Refusal(f"{save} holds a run made from other data than {identity['data']} holds now: {changed}; the "
-                      "task was prepared again. Give a new --save-dir, or --force to start this run again on it")
-    if held is not None and held != identity:
-        differ = ", ".join(f"{k} {held.get(k)!r} there, {identity.get(k)!r} here" for k in sorted(set(held) | set(identity))
-                           if held.get(k) != identity.get(k))
-        raise Refusal(f"{save} holds another run ({differ}; see {RUN.path(save)}); give a new --save-dir")
-    theirs = [] if held is not None else sorted(p.name for p in save.iterdir() if p.is_file() and not is_lock(p)
-                                                 and TRAINING_WRITES.fullmatch(p.name))
-    if theirs:  # fairseq-train's own checkpoints, or a log of another's: a training would resume from, then replace them
-        raise Refusal(f"{save} holds {', '.join(theirs[:5])}, which no training of the kit wrote (it has no "
-                      f"{RUN.file}): train.sh would resume from them and replace them; give a new --save-dir "
-                      "(nothing was changed)")
-    # every machine of a multi-node run writes it, into a save folder they may share
-    RUN.write(save, identity)
-
-
-# what a training of the kit writes into its save folder: fairseq-train's checkpoints, the kit's
-# log, record and command list (train.nodeN.log: the other machines of a multi-node run)
-TRAINING_WRITES = re.compile(r"checkpoint[\w.-]*\.pt|train(\.node\d+)?\.log|run\.json|train_command\.sh|\.written\.json"
-                             r"|run\.env|train(\.node\d+)?\.lock")  # the last two: an earlier version's
-
-
-def start_over(save: Path) -> None:
-    """--force: remove what a training of the kit wrote into ``save`` (TRAINING_WRITES) but the
-    lock files; a folder with any other file, or without the kit's run record, is
-    refused before anything is removed."""
-    # (the lock files stay: another machine of a multi-node run may hold its own)
-    files = [p for p in save.iterdir() if not is_lock(p)]
-    if not files:
-        return
-    theirs = [p for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
-    if theirs:
-        shown = ", ".join(p.name for p in sorted(theirs)[:5]) + (" ..." if len(theirs) > 5 else "")
-        raise Refusal(f"--force would start {save} again, but it holds what a training did not write ({shown}); "
-                      "move those away or give another --save-dir (nothing was removed)")
-    if not RUN.exists(save):
-        shown = ", ".join(p.name for p in sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
-        raise Refusal(f"--force would start {save} again, but it holds no run record of the kit's (run.json), so its "
-                      f"files ({shown}) are not a training's of this kit: give another --save-dir (nothing was removed)")
-    for path in files:
-        path.unlink()
-    say(f"--force: removed {len(files)} file(s) of the earlier run in {save} (checkpoints, log, record)")
-
-
 # fairseq-train's train_inner and train lines, --log-format simple or json: "num_updates=250",
 # "num_updates 250" or "num_updates": "250"; and their epoch ("epoch 003:", "epoch 003 |", "epoch": 3)
 UPDATES = re.compile(rb"\| train(?:_inner)? \| .*?\bnum_updates\W+(\d+)")
@@ -572,23 +516,6 @@ def progress_of(cmd: List[str]) -> Progress:
 
 
 # ---------------------------------------------------------------------------- running it
-
-def claim(plan: dict) -> WriterLock:
-    """The save folder: its lock, emptied with --force (of what a training wrote), and its run record."""
-    save = plan["save"]
-    try:
-        lock = WriterLock(save, folder=True, what="train.sh", part=plan["part"]).acquire()
-    except Refusal as e:
-        raise Refusal(str(e).replace("or give another output", "or give another --save-dir")) from None
-    try:
-        if plan.get("force") and plan["rank0"]:
-            start_over(save)
-        write_identity(save, plan["identity"])
-    except Refusal:
-        lock.release()  # as the end of this process would (a caller's in-process main too)
-        raise
-    return lock
-
 
 def resumed(plan: dict) -> bool:
     """Rank 0 (which reads the checkpoint and sends it to the others) mends checkpoint_last.pt and

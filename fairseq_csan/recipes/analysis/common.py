@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
-from ..runner import RESULTS, Refusal, WriterLock, check_owned, command_name, write_file, writing
+from ..runner import RESULTS, Refusal, WriterLock, check_owned, write_file
 
 
 def read_lines(path):
@@ -48,7 +48,7 @@ def outputs(out: Path, stem: str, force: bool):
     analysis into ``out`` while one writes there is refused too."""
     paths = [out / f"{stem}.{ext}" for ext in ("csv", "md", "png")]
     WriterLock(paths[0], folder=False, what=f"the {stem} analysis").acquire()  # held to the end
-    check_owned(paths, command_name(), force, "--out")
+    check_owned(paths, None, force, "--out")
     return paths
 
 
@@ -68,8 +68,7 @@ def write_table(csv_path: Path, md_path: Path, header, rows, note=""):
 
 def save_figure(fig, path: Path) -> None:
     """The plot as a PNG, written whole, with its record; the figure closed."""
-    with writing(path) as (part,):
-        fig.savefig(part, dpi=150, format="png")
+    write_file(path, lambda part: fig.savefig(part, dpi=150, format="png"))
     pyplot().close(fig)
 
 

@@ -23,7 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..command_line import Parser
-from ..runner import TASK, Refusal, say
+from ..runner import Refusal, say
+from ..task import TASK
 from .common import outputs, pyplot, read_lines, save_figure, write_table
 
 

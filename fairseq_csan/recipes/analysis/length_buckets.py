@@ -19,7 +19,7 @@ on the right-hand axis, as the paper draws it).
 
 from pathlib import Path
 
-from ..command_line import Parser
+from ..command_line import Parser, positive
 from ..runner import Refusal, say
 from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, save_figure, system, write_table
 
@@ -81,32 +81,30 @@ def plot(rows, baseline_name, path):
     save_figure(fig, path)
 
 
-def main(argv=None):
+def parse(argv):
     parser = Parser(prog="python -m fairseq_csan.recipes.analysis.length_buckets", description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", required=True, type=Path, help="tokenised source")
     parser.add_argument("--ref", required=True, type=Path, help="tokenised reference")
     parser.add_argument("--baseline", required=True, help="evaluation folder or NAME=FILE")
     parser.add_argument("--system", required=True, action="append", help="evaluation folder or NAME=FILE")
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--groups", type=int, default=10, help="number of groups (default 10)")
-    parser.add_argument("--width", type=int, help="fixed group width in tokens instead of equal-size groups")
+    parser.add_argument("--groups", type=positive, default=10, help="number of groups (default 10)")
+    parser.add_argument("--width", type=positive, help="fixed group width in tokens instead of equal-size groups")
     parser.add_argument("--force", action="store_true",
                         help="replace the outputs this analysis wrote (never anyone else's)")
-    args, _ = parser.read(argv)
-    if args.groups < 1:
-        parser.error("--groups must be at least 1")
-    if args.width is not None and args.width < 1:
-        parser.error("--width must be at least 1")
+    return parser.read(argv)[0]
+
+
+def main(argv=None):
+    args = parse(argv)
     source, reference = read_lines(args.src), read_lines(args.ref)
     if len(source) != len(reference):
         raise Refusal(f"{args.src} has {len(source)} lines, {args.ref} {len(reference)}")
-    baseline = system(args.baseline)
-    systems = [system(s) for s in args.system]
+    baseline, systems = system(args.baseline), [system(s) for s in args.system]
     check_lengths(reference, [baseline, *systems])
     csv_path, md_path, png_path = outputs(args.out, "length_buckets", args.force)
     lengths = [len(line.split()) for line in source]
-    groups = (width_groups(lengths, args.width, args.groups) if args.width
-              else equal_groups(lengths, args.groups))
+    groups = width_groups(lengths, args.width, args.groups) if args.width else equal_groups(lengths, args.groups)
     rows = analyse(lengths, reference, baseline, systems, groups)
     header = ["group", "source length", "sentences", "system", "BLEU", "baseline BLEU", "gap"]
     print(write_table(csv_path, md_path, header, rows, f"Baseline: {baseline[0]}. Tokenised, case-sensitive BLEU per group."))

@@ -11,7 +11,8 @@ DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
 from pathlib import Path
 
 from ..command_line import Parser
-from ..runner import RESULTS, SWEEP, Refusal, say
+from ..runner import RESULTS, Refusal, say
+from ..sweep import SWEEP
 from .common import outputs, pyplot, save_figure, write_table
 
 LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}

@@ -11,16 +11,15 @@ through this package:
 - ``files.py``: overlaps of outputs with inputs (:func:`refuse_overlaps`), one writer per output
   (:class:`WriterLock`), whole files and folders (:func:`~.files.atomic`, :func:`replace_folder`,
   :func:`save_torch`) under temporaries of this process's own;
-- ``records.py``: every JSON the kit keeps (:class:`Kind`; TASK, RUN, EVALUATION, RESULTS,
-  EXPORT, SWEEP, REPRODUCTION), what the kit wrote in each folder (:func:`writing`,
-  :func:`check_owned`), what a model is made from (:func:`made_from`, :func:`check_made_from`),
-  and the step stamps that make a rerun redo exactly what changed (:class:`Step`, :func:`make`);
+- ``records.py``: every JSON the kit keeps (:class:`Kind`), what the kit wrote in each folder
+  (:func:`write_file`, :func:`check_owned`), what a model is made from (:func:`made_from`,
+  :func:`check_made_from`), and the step stamps that make a rerun redo exactly what changed
+  (:class:`Step`);
 - ``children.py``: child processes (:func:`run_child`) and progress lines (:class:`Progress`).
 """
 
 from .children import Progress, run_child, shell_words, stop_children  # noqa: F401
-from .failure import Failed, Refusal, as_command, command_name, say  # noqa: F401
+from .failure import Failed, Refusal, as_command, say  # noqa: F401
 from .files import WriterLock, atomic, check_writable, listing, refuse_overlaps, replace_folder, save_torch  # noqa: F401
-from .records import (EVALUATION, EXPORT, REPRODUCTION, RESULTS, RUN, SWEEP, TASK, Damaged, Kind,  # noqa: F401
-                      Step, changed_since, check_made_from, check_owned, lineage, made_from, make, read_json,
-                      record_written, stamped_change, write_file, writing)
+from .records import (EVALUATION, EXPORT, RESULTS, RUN, Damaged, Kind, Step, changed_since, check_made_from,  # noqa: F401
+                      check_owned, forget_written, made_from, stamped_change, theirs, write_file)

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence
 
-from .failure import Failed, command_name, say
+from .failure import Failed, _command_name, say
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-RESEND_S = 10  # seconds after a signal passed on before it is passed on again (run_child's resend)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_RESEND_S = 10  # seconds after a signal passed on before it is passed on again (run_child's resend)
 _RUNNING = set()  # the children running now (stop_children)
 _STOPPING = threading.Event()
 _STARTING = threading.Lock()  # a child starts, or children are stopped: one at a time
@@ -90,7 +90,7 @@ def _starter(orphan: bool):
         # ignores SIGINT and SIGQUIT), and a process group of its own: a terminal's Ctrl-C reaches the
         # kit's process alone, which passes it on once; killed when the kit's process dies, even by
         # SIGKILL (Linux), unless it is to go on (an orphan: a trainer that holds its lock itself)
-        for sig in (*SIGNALS, signal.SIGQUIT):
+        for sig in (*_SIGNALS, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_DFL)
         os.setpgrp()
         if not orphan and sys.platform.startswith("linux"):
@@ -109,7 +109,7 @@ def _lines(pipe, each: Callable[[bytes], None]) -> None:
 
 class _Signals:
     """SIGINT, SIGTERM and SIGHUP to this process (its main thread), passed on to the child, each one
-    (``group``: to its process group), again every RESEND_S seconds with ``resend``, and its group
+    (``group``: to its process group), again every _RESEND_S seconds with ``resend``, and its group
     killed ``kill_after`` seconds after the first; the handlers put back at the end."""
 
     def __init__(self, name, group, resend, kill_after):
@@ -118,7 +118,7 @@ class _Signals:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.previous = {sig: signal.signal(sig, self._caught) for sig in SIGNALS}
+            self.previous = {sig: signal.signal(sig, self._caught) for sig in _SIGNALS}
         return self
 
     def __exit__(self, *_):
@@ -150,8 +150,8 @@ class _Signals:
             say(f"{self.name} (pid {self.child.pid}) still runs {self.kill_after:g} s after {first}: killed")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.child.pid, signal.SIGKILL)
-        elif self.resend and time.monotonic() - self.passed[-1] >= RESEND_S:
-            say(f"{self.name} (pid {self.child.pid}) still runs {RESEND_S} s after {last}: passed on again")
+        elif self.resend and time.monotonic() - self.passed[-1] >= _RESEND_S:
+            say(f"{self.name} (pid {self.child.pid}) still runs {_RESEND_S} s after {last}: passed on again")
             self.deliver(self.received[-1])
 
 
@@ -199,29 +199,26 @@ def run_child(command: Sequence, log: Optional[Path] = None, *, append: bool = F
       ``group``, ``resend``, ``kill_after``: how a signal is passed on (:class:`_Signals`).
     """
     argv, name = [str(w) for w in command], name or os.path.basename(str(command[0]))
-    hold = [hold] if hasattr(hold, "fd") else list(hold)
-    stdin = list(stdin)
-    from .records import record_written
+    hold, stdin = [hold] if hasattr(hold, "fd") else list(hold), list(stdin)
+    from .records import _record_written
 
     with _Signals(name, group, resend, kill_after) as signals:
         out = open(log, "ab" if append else "wb") if log is not None else None
         start = out.tell() if out is not None else 0
         err = open(errors, "wb") if errors not in (None, "stderr") else None
         written = [f for f in (log, err and errors) if f is not None] if record else []
-        record_written(written, command_name())  # its logs are the kit's, while it writes them too
+        _record_written(written, _command_name())  # its logs are the kit's, while it writes them too
         try:
-            _STARTING.acquire()
-            if _STOPPING.is_set():  # stop_children: start nothing more
-                raise KeyboardInterrupt
-            child = subprocess.Popen(argv, stdout=out or sys.stderr,
-                                     stderr=subprocess.PIPE if progress is not None and progress.stream == "err"
-                                     else None if errors == "stderr" else err or subprocess.STDOUT if out is not None
-                                     else None,
-                                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, env=env, cwd=cwd,
-                                     pass_fds=tuple(lock.fd for lock in hold), preexec_fn=_starter(orphan))
-            _RUNNING.add(child)
+            with _STARTING:  # not while stop_children stops the others
+                if _STOPPING.is_set():  # stop_children: start nothing more
+                    raise KeyboardInterrupt
+                child = subprocess.Popen(
+                    argv, stdout=out or sys.stderr, stderr=subprocess.PIPE if progress is not None and progress.stream == "err"
+                    else None if errors == "stderr" else err or subprocess.STDOUT if out is not None else None,
+                    stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, env=env, cwd=cwd,
+                    pass_fds=tuple(lock.fd for lock in hold), preexec_fn=_starter(orphan))
+                _RUNNING.add(child)
         finally:
-            _STARTING.release()
             for f in (out, err):
                 if f is not None:
                     f.close()
@@ -239,15 +236,23 @@ def run_child(command: Sequence, log: Optional[Path] = None, *, append: bool = F
                 reader.join()
         finally:
             _RUNNING.discard(child)
-            record_written([f for f in written if Path(f).is_file()], command_name())
+            _record_written([f for f in written if Path(f).is_file()], _command_name())
+    _ended(child, name, signals, errors if errors not in (None, "stderr") else log if errors is None else None,
+           0 if errors else start)
+
+
+def _ended(child, name: str, signals: _Signals, written: Optional[Path], start: int) -> None:
+    """How the child ended, raised: KeyboardInterrupt where it was stopped (a signal passed on, or
+    stop_children), Failed, with the last line of ``written`` (its log, from ``start``) and its exit
+    status as ``code``, where it failed."""
     if signals.received or _STOPPING.is_set():
-        say(f"{name} (pid {child.pid}) stopped after {signal.Signals(signals.received[0]).name if signals.received else 'a failure beside it'}")
+        why = signal.Signals(signals.received[0]).name if signals.received else "a failure beside it"
+        say(f"{name} (pid {child.pid}) stopped after {why}")
         raise KeyboardInterrupt
     if child.returncode != 0:
-        written = errors if errors not in (None, "stderr") else log if errors is None else None
-        said = f": {_last_line(written, 0 if errors else start)} (its log: {written})" if written else " (its errors are above)"
+        said = f": {_last_line(written, start)} (its log: {written})" if written else " (its errors are above)"
         error = Failed(f"{name} {_exit_status(child.returncode)}{said}")
-        error.code = child.returncode if child.returncode > 0 else 128 - child.returncode
+        error.code = child.returncode if child.returncode > 0 else 128 - child.returncode  # (a shell's status)
         raise error
 
 

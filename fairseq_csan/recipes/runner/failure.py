@@ -29,12 +29,12 @@ class Failed(Exception):
 
 _NAME = ["kit"]  # the running command's name, as its messages are prefixed ([evaluate] ...)
 
-ADVICE = {errno.ENOSPC: "free space on its disk", errno.EDQUOT: "free space within your disk quota",
+_ADVICE = {errno.ENOSPC: "free space on its disk", errno.EDQUOT: "free space within your disk quota",
           errno.EFBIG: "raise the file-size limit (ulimit -f)", errno.EACCES: "give a place where you can write",
           errno.EPERM: "give a place where you can write", errno.EROFS: "give a place on a disk that can be written"}
 
 
-def command_name() -> str:
+def _command_name() -> str:
     """The running command's name (its module's: evaluate, prepare, ...), which its messages and
     the records of what it wrote name."""
     return _NAME[0]
@@ -49,7 +49,7 @@ def _fault(error: OSError) -> str:
     where = error.filename or "a file it writes"
     if error.filename2:  # a copy: where it was written, and from what
         where = f"{error.filename2} (a copy of {error.filename})"
-    return (f"{where}: {error.strerror or error}; {ADVICE.get(error.errno, 'see the line above')}, then run the same "
+    return (f"{where}: {error.strerror or error}; {_ADVICE.get(error.errno, 'see the line above')}, then run the same "
             "command again (no output is left half written)")
 
 

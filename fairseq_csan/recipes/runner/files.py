@@ -33,13 +33,13 @@ from .failure import Refusal
 _TOKEN = secrets.token_hex(3)  # with the process's id, its mark on its temporaries (a forked child has its own id)
 
 
-def real(path) -> Path:
+def _real(path) -> Path:
     """The absolute path with links resolved (a link to an input is that input)."""
     return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
 
 
 def _overlap(output, input_) -> Optional[str]:
-    out, inp = real(output), real(input_)
+    out, inp = _real(output), _real(input_)
     if out == inp:
         return "is"
     if out in inp.parents:
@@ -79,6 +79,12 @@ class WriterLock:
         output = Path(output)
         self.path = output / (f".{part}.lock" if part else ".lock") if folder else output.with_name(f".{output.name}.lock")
         self.output, self.what, self.fd, self.holder = output, what, None, ""
+
+    @staticmethod
+    def is_lock(path) -> bool:
+        """Whether ``path`` is named as one of the kit's lock files (``.lock``, ``.PART.lock``, ``.NAME.lock``)."""
+        name = Path(path).name
+        return name.startswith(".") and name.endswith(".lock")
 
     def acquire(self) -> "WriterLock":
         where = self.path.parent  # the output folder, or the folder of an output file
@@ -150,13 +156,7 @@ class WriterLock:
         self.release()
 
 
-def is_lock(path) -> bool:
-    """Whether ``path`` is named as one of the kit's lock files (``.lock``, ``.PART.lock``, ``.NAME.lock``)."""
-    name = Path(path).name
-    return name.startswith(".") and name.endswith(".lock")
-
-
-def temporary(path) -> Path:
+def _temporary(path) -> Path:
     """A temporary name beside ``path``, this process's own: ``.NAME.PID-TOKEN.tmp``."""
     path = Path(path)
     return path.with_name(f".{path.name}.{os.getpid()}-{_TOKEN}.tmp")
@@ -198,7 +198,7 @@ def atomic(*paths):
     every temporary is removed and no output is touched. A fault of the machine (a full disk) names
     the output, not its temporary."""
     paths = [Path(p) for p in paths]
-    parts = [temporary(p) for p in paths]
+    parts = [_temporary(p) for p in paths]
     for part in parts:
         part.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -277,7 +277,7 @@ def replace_folder(out: Path, write: Callable[[Path], None], may_replace: Callab
             if ours(old):
                 os.replace(old, out)  # killed between the renames: the folder as it was
                 break
-    new, old = temporary(out), out.with_name(f".{out.name}.{os.getpid()}-{_TOKEN}.old")
+    new, old = _temporary(out), out.with_name(f".{out.name}.{os.getpid()}-{_TOKEN}.old")
     new.mkdir()
     try:
         write(new)
@@ -309,7 +309,7 @@ def check_writable(path: Path, flag: str) -> None:
         raise Refusal(f"{flag} {path} is a folder; give a file name")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        probe = temporary(path)
+        probe = _temporary(path)
         probe.open("wb").close()
         probe.unlink()
     except OSError as error:

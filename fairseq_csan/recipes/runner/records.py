@@ -1,16 +1,17 @@
-"""Records: every JSON the kit keeps is read and written here, and nowhere else.
+"""Records: every JSON the kit keeps is read and written through :class:`Kind`, here, and
+nowhere else. The kinds:
 
-    kind          file                 written by   says
-    TASK          task.json            prepare      what a task folder was prepared with
-    RUN           run.json             train        which run a save folder holds, made from what
-    EVALUATION    evaluation.json      evaluate     what an evaluation was made of
-    RESULTS       results.json         evaluate     its scores (score.py)
-    EXPORT        export.json          export,      a model folder's seal: each file's SHA-256, and
-                                       convert      what it was made from
-    SWEEP         sweep.json           sweep        which point of a window/area sweep a run is
-    REPRODUCTION  settings.json        multi30k     a Multi30k reproduction's settings
-    (stamps)      .steps/NAME.json     every step   what a step's outputs were made from (steps.py)
-    (written)     .written.json        every writer what the kit wrote in a folder: each file's name
+    kind          file                 declared in  says
+    TASK          task.json            task.py      what a task folder was prepared with
+    RUN           run.json             here         which run a save folder holds, made from what
+    EVALUATION    evaluation.json      here         what an evaluation was made of
+    RESULTS       results.json         here         its scores (score.py writes them)
+    EXPORT        export.json          here         a model folder's seal (export.py, convert.py):
+                                                    each file's SHA-256, what it was made from
+    SWEEP         sweep.json           sweep.py     which point of a window/area sweep a run is
+    REPRODUCTION  settings.json        multi30k.py  a Multi30k reproduction's settings
+    (stamps)      .steps/NAME.json     here         what a step's outputs were made from (Step)
+    (written)     .written.json        here         what the kit wrote in a folder: each file's name
                                                     (relative to the folder), SHA-256 and command
 
 A record is a JSON object of its kind's fields, each of the field's type, written atomically.
@@ -18,7 +19,7 @@ Reading one fails closed: a record that is not what the kit writes raises :class
 one line naming the file; a folder that an earlier version of the kit made (a ``KEY=VALUE`` file
 such as recipe.env, and no record) is refused, never read.
 
-**What the kit wrote** (:func:`writing`, :func:`check_owned`): every file a command writes
+**What the kit wrote** (:func:`write_file`, :func:`check_owned`): every file a command writes
 whole is recorded, with its SHA-256 and the command, in its folder's ``.written.json``; a file
 there that no record names, or one changed since, is the user's, and no command replaces it.
 """
@@ -33,8 +34,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
 from ...model_folder import sha256  # the one file hash (fairseq is not imported)
-from .failure import Failed, Refusal, command_name, say
-from .files import atomic, is_lock, listing, temporary
+from .failure import Failed, Refusal, _command_name, say
+from .files import WriterLock, _temporary, atomic, listing
 
 
 class Damaged(Refusal):
@@ -115,14 +116,10 @@ class Kind:
         with atomic(path) as (part,):
             part.write_text(json.dumps(values, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
         if self.file not in (_WRITTEN_FILE, "export.json"):  # (each is a folder's record of itself)
-            record_written([path], command_name())
+            _record_written([path], _command_name())
         return values
 
 
-TASK = Kind("task", "task.json", {
-    "task": "text", "src": "text", "tgt": "text", "merges": "int", "joint_bpe": "flag", "clean_max_len": "int",
-    "clean_ratio": "float", "tests": "list", "tokenizer_src": "text", "tokenizer_tgt": "text",
-    "pretokenized": "flag", "test_names": "json", "warnings": "json", "like": "json"}, earlier=("recipe.env",))
 RUN = Kind("run", "run.json", {"arch": "text", "data": "text", "size": "text", "seed": "int", "share": "text",
                                "tiny": "flag", "made_from": "json", "finetuned_from": "json"}, earlier=("run.env",))
 EVALUATION = Kind("evaluation", "evaluation.json", {
@@ -130,24 +127,10 @@ EVALUATION = Kind("evaluation", "evaluation.json", {
     "decoding": "text", "made_from": "json"}, earlier=("evaluation.env",))
 RESULTS = Kind("results", "results.json")  # score.py's figures (any fields; collect_results and the analyses read them)
 EXPORT = Kind("export", "export.json")  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
-SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"},
-             earlier=("sweep.env",))
-REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earlier version kept compares as others
 _WRITTEN_FILE = ".written.json"
 _WRITTEN = Kind("written files", _WRITTEN_FILE, {"files": "json"})
 _STAMP = Kind("step stamp", "STEP.json", {"by": "text", "settings": "json", "inputs": "json", "outputs": "json",
                                           "temporaries": "list"})
-
-
-def read_json(path, what: str):
-    """A JSON file that is no record of the kit's (the hyper-parameters of --hparams): its value;
-    Refusal naming ``what`` where it cannot be read or is not JSON."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise Refusal(f"{what} {path}: cannot read it ({error.strerror})") from None
-    except ValueError as error:
-        raise Refusal(f"{what} {path} is not JSON: {error}") from None
 
 
 # ------------------------------------------------------------------------ what the kit wrote
@@ -182,7 +165,7 @@ def _owner(path: Path) -> Optional[dict]:
     return entry if isinstance(entry, dict) else None
 
 
-def record_written(paths: Iterable, by: str) -> None:
+def _record_written(paths: Iterable, by: str) -> None:
     """Record that ``by`` wrote ``paths`` (files, or folders: each of their files) as they are now."""
     by_folder: Dict[Path, List[Path]] = {}
     for path in map(Path, paths):
@@ -219,20 +202,21 @@ def theirs(paths: Iterable, by, changed: bool = False) -> List[Path]:
     for path in map(Path, paths):
         files = [path] if path.is_file() or path.is_symlink() else sorted(
             p for p in path.rglob("*") if p.is_file() or p.is_symlink()) if path.is_dir() else []
-        for f in (f for f in files if f.name != _WRITTEN_FILE and not is_lock(f)):
+        for f in (f for f in files if f.name != _WRITTEN_FILE and not WriterLock.is_lock(f)):
             entry = _owner(f)
             if f.is_symlink() or entry is None or entry.get("by") not in by or (changed and entry.get("sha256") != sha256(f)):
                 found.append(f)
     return found
 
 
-def check_owned(paths: Iterable, by, force: Optional[bool], flag: str, redo: bool = False) -> None:
+def check_owned(paths: Iterable, by: Optional[str], force: Optional[bool], flag: str, redo: bool = False) -> None:
     """Refuse, in one line naming the file and ``flag``, to write ``paths`` (a folder: each of its
     files) where a file is that ``by`` did not write, or that changed since it did (but where
     ``redo``: a step's output changed by hand, which the step redoes): it is the user's, and never
     replaced, ``--force`` or not. ``force`` False: an output of ``by``'s own is refused too
-    (replaced with --force only); None: the command replaces its own outputs."""
-    paths = [Path(p) for p in paths]
+    (replaced with --force only); None: the command replaces its own outputs. ``by`` None: the
+    running command."""
+    paths, by = [Path(p) for p in paths], by or _command_name()
     foreign = theirs(paths, by, changed=not redo)
     if foreign:
         raise Refusal(f"{flag} {listing(foreign)}: {by if isinstance(by, str) else ' or '.join(by)} did not write "
@@ -243,21 +227,17 @@ def check_owned(paths: Iterable, by, force: Optional[bool], flag: str, redo: boo
         raise Refusal(f"{flag} {mine[0]} exists (an earlier output of {by}): pass --force to replace it")
 
 
-@contextlib.contextmanager
-def writing(*paths, by: Optional[str] = None):
-    """The kit's one way to write whole outputs (files, or folders the block makes): the
-    temporaries of :func:`~.files.atomic`, renamed in when the block ends normally, then recorded
-    as ``by``'s (the running command's) in their folders' records."""
-    with atomic(*paths) as parts:
-        yield parts
-    record_written(paths, by or command_name())
-
-
 def write_file(path, data, by: Optional[str] = None) -> None:
-    """Write ``data`` (str, as UTF-8, or bytes) to ``path`` whole, recorded as ``by``'s (the
-    running command's)."""
-    with writing(path, by=by) as (part,):
-        part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    """The kit's one way to write a whole output: ``data`` (str, as UTF-8; bytes; or a function
+    that writes the file it is given: a plot, a checkpoint) into a temporary of
+    :func:`~.files.atomic`, renamed in when complete, then recorded as ``by``'s (the running
+    command's) in its folder's record."""
+    with atomic(path) as (part,):
+        if callable(data):
+            data(part)
+        else:
+            part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    _record_written([path], by or _command_name())
 
 
 # ------------------------------------------------------------------ what a model is made from
@@ -312,16 +292,6 @@ def check_made_from(checkpoint, binary, task_name) -> Dict[str, str]:
     return now
 
 
-def lineage(checkpoint) -> Optional[dict]:
-    """What the record beside ``checkpoint`` says it was made from (run.json's or evaluation.json's
-    ``made_from``), or None."""
-    folder = Path(checkpoint).parent
-    for kind in (RUN, EVALUATION):
-        if kind.path(folder).is_file():
-            return (kind.read(folder) or {}).get("made_from")
-    return None
-
-
 # ------------------------------------------------------------------------------ step stamps
 
 def _identity(path: Path) -> list:
@@ -329,16 +299,16 @@ def _identity(path: Path) -> list:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def fingerprint(path: Path, known: Optional[dict] = None) -> dict:
+def _fingerprint(path: Path, known: Optional[dict] = None) -> dict:
     """{"sha256", "identity"} of a file or folder (a folder: the hash of its files' names and
-    hashes). ``known`` is an earlier fingerprint: its hash is reused while the identity (device,
+    hashes). ``known`` is an earlier _fingerprint: its hash is reused while the identity (device,
     inode, size, modification and change time; a copy gets a new change time) is the same."""
     path = Path(path)
     if path.is_dir():
         h, known_files, files = hashlib.sha256(), (known or {}).get("files", {}), {}
         for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name != _WRITTEN_FILE):
             rel = f.relative_to(path).as_posix()
-            files[rel] = fingerprint(f, known_files.get(rel))
+            files[rel] = _fingerprint(f, known_files.get(rel))
             h.update(f"{rel}\0{files[rel]['sha256']}\n".encode("utf-8"))
         return {"sha256": h.hexdigest(), "files": files}
     identity = _identity(path)
@@ -347,7 +317,7 @@ def fingerprint(path: Path, known: Optional[dict] = None) -> dict:
     return {"sha256": sha256(path), "identity": identity}
 
 
-def name_in(root: Path, path) -> str:
+def _name_in(root: Path, path) -> str:
     """How a record of ``root`` names ``path``: relative to ``root`` where it lies inside (a copy of
     the folder names its own files), else absolute."""
     path = Path(os.path.abspath(path))
@@ -357,7 +327,7 @@ def name_in(root: Path, path) -> str:
         return str(path)
 
 
-def step_stamps(root) -> Dict[str, dict]:
+def _step_stamps(root) -> Dict[str, dict]:
     """The stamps of ``root``'s steps (name -> stamp), each read failing closed (Damaged)."""
     folder = Path(root) / ".steps"
     return {p.stem: _STAMP.read(folder, p.name) for p in sorted(folder.glob("*.json"))
@@ -367,11 +337,11 @@ def step_stamps(root) -> Dict[str, dict]:
 def stamped_change(root) -> Optional[str]:
     """None when every file that ``root``'s stamps record, input or output, is as recorded; else the
     first that is not: its steps would be redone."""
-    for name, stamp in step_stamps(root).items():
+    for name, stamp in _step_stamps(root).items():
         for kind in ("inputs", "outputs"):
             for path, known in (stamp.get(kind) or {}).items():
                 full = Path(root) / path
-                if not full.exists() or fingerprint(full, known)["sha256"] != known.get("sha256"):
+                if not full.exists() or _fingerprint(full, known)["sha256"] != known.get("sha256"):
                     return f"{full} changed since {name} ran"
     return None
 
@@ -379,7 +349,7 @@ def stamped_change(root) -> Optional[str]:
 class Step:
     """One step of a command (tokenising a file, learning BPE, averaging checkpoints, decoding a
     test set, ...): its input and output paths and settings. Its stamp, ``ROOT/.steps/NAME.json``,
-    holds the command that ran it, the settings, and a fingerprint of every input and output, each
+    holds the command that ran it, the settings, and a _fingerprint of every input and output, each
     named relative to ROOT where it lies inside (a copied folder names its own files). A rerun
     redoes a step, and says why, when its settings differ, an input's content changed (a corpus
     edited in place, a checkpoint replaced with its modification time kept), an output is missing
@@ -419,11 +389,11 @@ class Step:
             return "settings changed: " + ", ".join(f"{k} {old.get(k)!r} -> {self.settings.get(k)!r}" for k in diff)
         for kind, paths in (("inputs", self.inputs), ("outputs", self.outputs)):
             recorded = stamp.get(kind) or {}
-            names = {name_in(self.root, p): p for p in paths}
+            names = {_name_in(self.root, p): p for p in paths}
             if sorted(recorded) != sorted(names):
                 return f"its {kind} are other files than last time"
             for name, p in names.items():
-                if fingerprint(p, recorded[name])["sha256"] != recorded[name].get("sha256"):
+                if _fingerprint(p, recorded[name])["sha256"] != recorded[name].get("sha256"):
                     return f"{'input' if kind == 'inputs' else 'output'} {p} changed since the last run"
         return None
 
@@ -432,8 +402,20 @@ class Step:
         stamp = {"by": by, "settings": self.settings, "inputs": {}, "outputs": {}, **parts}
         for kind, paths in (("inputs", self.inputs), ("outputs", self.outputs)) if not parts else ():
             known = old.get(kind) or {}
-            stamp[kind] = {name_in(self.root, p): fingerprint(p, known.get(name_in(self.root, p))) for p in paths}
+            stamp[kind] = {_name_in(self.root, p): _fingerprint(p, known.get(_name_in(self.root, p))) for p in paths}
         _STAMP.write(self.folder, stamp, self.file)
+
+    def make(self, action: Callable[[List[Path]], None], force: bool = False, what: str = "", short: str = "") -> bool:
+        """Unless the step is current, run ``action(its outputs' temporaries)`` (:meth:`run`) as
+        the running command's; True when it ran. The log line says why it ran, or that it was skipped."""
+        what = what or self.name
+        reason = "--force" if force else self.stale()
+        if reason is None:
+            say(f"{short or what}: up to date; skipped")
+            return False
+        say(f"{what} ({'redone: ' if (self.folder / self.file).exists() else ''}{reason})")
+        self.run(action, _command_name())
+        return True
 
     def run(self, action: Callable[[List[Path]], None], by: str) -> None:
         """Remove the outputs (a file of the user's among them is refused first) and run ``action(the
@@ -442,24 +424,11 @@ class Step:
         for leftover in (self._stamp() or {}).get("temporaries") or ():  # a run of this step killed: its own
             forget_written([self.root / leftover])
         forget_written(self.outputs)
-        self._write_stamp(by, temporaries=[name_in(self.root, temporary(p)) for p in self.outputs])
+        self._write_stamp(by, temporaries=[_name_in(self.root, _temporary(p)) for p in self.outputs])
         with atomic(*self.outputs) as temps:
             action(temps)
             missing = [t for t in temps if not t.exists()]
             if missing:
                 raise Failed(f"step {self.name}: its command made no {missing[0]}")
-        record_written(self.outputs, by)
+        _record_written(self.outputs, by)
         self._write_stamp(by)
-
-
-def make(step: Step, action: Callable[[List[Path]], None], force: bool = False, what: str = "", short: str = "") -> bool:
-    """Unless ``step`` is current, run ``action(its outputs' temporaries)`` (:meth:`Step.run`) as
-    the running command's; True when it ran. The log line says why it ran, or that it was skipped."""
-    what = what or step.name
-    reason = "--force" if force else step.stale()
-    if reason is None:
-        say(f"{short or what}: up to date; skipped")
-        return False
-    say(f"{what} ({'redone: ' if (step.folder / step.file).exists() else ''}{reason})")
-    step.run(action, command_name())
-    return True

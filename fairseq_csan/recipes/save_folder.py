@@ -1,4 +1,6 @@
-"""A training's save folder, its checkpoints as fairseq-train leaves them: read once, and mended.
+"""A training's save folder (train.py): its lock and run record (:func:`claim`), what a training
+writes there (``--force`` removes that, and nothing else: :func:`start_over`), and its
+checkpoints as fairseq-train leaves them, read once and mended.
 
 fairseq copies checkpoint_last.pt and checkpoint_best.pt from the interval checkpoint without a
 temporary name, so a kill during the copy leaves them cut short. :func:`repair_checkpoints` makes
@@ -6,12 +8,14 @@ checkpoint_last.pt the newest intact checkpoint (and checkpoint_best.pt intact),
 with a message, before a resume (train.py).
 """
 
+import re
 import shutil
 import zipfile
 from pathlib import Path
 from typing import List, Optional
 
-from .runner import Damaged, Refusal, atomic
+from .runner import RUN, Damaged, Refusal, WriterLock, atomic, made_from, say
+from .runner.records import changed_since
 
 _READ = {}  # (path, inode, size, mtime) -> the state read_checkpoint found: a resume reads each file once
 
@@ -133,3 +137,73 @@ def finished(last: Path, limit: Optional[str]) -> Optional[int]:
     return updates if updates >= int(limit) else None
 
 
+def write_identity(save: Path, identity: dict) -> None:
+    """The run record of ``save`` (records.RUN), with what the run is made from (the task's
+    dictionaries and training data, records.made_from); a folder that holds another run, or this
+    run made from other data (the task prepared again since), is refused."""
+    held = RUN.read(save)
+    identity = dict(identity, made_from=made_from(identity["data"]))
+    if held is not None and "made_from" not in held:
+        raise Refusal(f"{save} holds a run that an earlier version of the kit started ({RUN.path(save).name} does not "
+                      "say which data it was made from): give a new --save-dir, or --force to start it again")
+    changed = held is not None and changed_since(held["made_from"], identity["made_from"])
+    if changed:
+        raise Refusal(f"{save} holds a run made from other data than {identity['data']} holds now: {changed}; the "
+                      "task was prepared again. Give a new --save-dir, or --force to start this run again on it")
+    if held is not None and held != identity:
+        differ = ", ".join(f"{k} {held.get(k)!r} there, {identity.get(k)!r} here" for k in sorted(set(held) | set(identity))
+                           if held.get(k) != identity.get(k))
+        raise Refusal(f"{save} holds another run ({differ}; see {RUN.path(save)}); give a new --save-dir")
+    theirs = [] if held is not None else sorted(p.name for p in save.iterdir() if p.is_file() and not WriterLock.is_lock(p)
+                                                 and TRAINING_WRITES.fullmatch(p.name))
+    if theirs:  # fairseq-train's own checkpoints, or a log of another's: a training would resume from, then replace them
+        raise Refusal(f"{save} holds {', '.join(theirs[:5])}, which no training of the kit wrote (it has no "
+                      f"{RUN.file}): train.sh would resume from them and replace them; give a new --save-dir "
+                      "(nothing was changed)")
+    # every machine of a multi-node run writes it, into a save folder they may share
+    RUN.write(save, identity)
+
+
+# what a training of the kit writes into its save folder: fairseq-train's checkpoints, the kit's
+# log, record and command list (train.nodeN.log: the other machines of a multi-node run)
+TRAINING_WRITES = re.compile(r"checkpoint[\w.-]*\.pt|train(\.node\d+)?\.log|run\.json|train_command\.sh|\.written\.json"
+                             r"|run\.env|train(\.node\d+)?\.lock")  # the last two: an earlier version's
+
+
+def start_over(save: Path) -> None:
+    """--force: remove what a training of the kit wrote into ``save`` (TRAINING_WRITES) but the
+    lock files; a folder with any other file, or without the kit's run record, is
+    refused before anything is removed."""
+    # (the lock files stay: another machine of a multi-node run may hold its own)
+    files = [p for p in save.iterdir() if not WriterLock.is_lock(p)]
+    if not files:
+        return
+    theirs = [p for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
+    if theirs:
+        shown = ", ".join(p.name for p in sorted(theirs)[:5]) + (" ..." if len(theirs) > 5 else "")
+        raise Refusal(f"--force would start {save} again, but it holds what a training did not write ({shown}); "
+                      "move those away or give another --save-dir (nothing was removed)")
+    if not RUN.exists(save):
+        shown = ", ".join(p.name for p in sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
+        raise Refusal(f"--force would start {save} again, but it holds no run record of the kit's (run.json), so its "
+                      f"files ({shown}) are not a training's of this kit: give another --save-dir (nothing was removed)")
+    for path in files:
+        path.unlink()
+    say(f"--force: removed {len(files)} file(s) of the earlier run in {save} (checkpoints, log, record)")
+
+
+def claim(plan: dict) -> WriterLock:
+    """The save folder: its lock, emptied with --force (of what a training wrote), and its run record."""
+    save = plan["save"]
+    try:
+        lock = WriterLock(save, folder=True, what="train.sh", part=plan["part"]).acquire()
+    except Refusal as e:
+        raise Refusal(str(e).replace("or give another output", "or give another --save-dir")) from None
+    try:
+        if plan.get("force") and plan["rank0"]:
+            start_over(save)
+        write_identity(save, plan["identity"])
+    except Refusal:
+        lock.release()  # as the end of this process would (a caller's in-process main too)
+        raise
+    return lock
