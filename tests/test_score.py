@@ -105,6 +105,7 @@ def test_paired_bootstrap_is_what_sacrebleu_paired_bs_says(tmp_path):
     the same files (the same resampling and seed), and marks a clear gain."""
     import json
     import random
+    import sys
 
     from sacrebleu.metrics import BLEU
 
@@ -116,7 +117,7 @@ def test_paired_bootstrap_is_what_sacrebleu_paired_bs_says(tmp_path):
     for name, text in (("ref", refs), ("bad", bad), ("good", good)):
         write(tmp_path / name, text)
     test = score.paired_bootstrap(BLEU(tokenize="none", force=True), refs, bad, good, 200)
-    cli = json.loads(run(["sacrebleu", tmp_path / "ref", "-i", tmp_path / "bad", tmp_path / "good", "--paired-bs",
+    cli = json.loads(run([sys.executable, "-m", "sacrebleu", tmp_path / "ref", "-i", tmp_path / "bad", tmp_path / "good", "--paired-bs",
                           "--paired-bs-n", "200", "-m", "bleu", "--tokenize", "none", "--force", "-f", "json"]).stdout)
     assert (test["baseline_score"], test["score"]) == (cli[0]["BLEU"]["score"], cli[1]["BLEU"]["score"])
     assert (test["p_value"], test["ci"]) == (cli[1]["BLEU"]["p_value"], cli[1]["BLEU"]["ci"])
