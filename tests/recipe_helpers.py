@@ -156,7 +156,9 @@ def fake_task(tmp_path: Path) -> Path:
     data = tmp_path / "task"
     write(data / "data-bin/dict.en.txt", ["a 5", "b 3"])
     write(data / "data-bin/dict.de.txt", ["a 5", "b 3"])
-    write(data / "task.json", ['{"task": "wmt14_en_de", "src": "en", "tgt": "de"}'])
+    from fairseq_csan.recipes.task import TASK
+
+    TASK.write(data, {"task": "wmt14_en_de", "src": "en", "tgt": "de"})  # as prepare writes it (with its record)
     return data
 
 

@@ -1,12 +1,12 @@
 """The analysis commands on small outputs made here, their numbers checked by hand."""
 
 import csv
-import json
 
 import pytest
 
 from fairseq_csan.recipes.analysis import gate_weights, length_buckets, ngram_gap, window_sweep
-from fairseq_csan.recipes.runner import Refusal
+from fairseq_csan.recipes.sweep import SWEEP
+from fairseq_csan.recipes.runner import RESULTS, Refusal
 from recipe_helpers import lines, recipe_main, run, write
 
 
@@ -72,7 +72,7 @@ def test_commands_write_table_and_plot_and_refuse_to_overwrite(tmp_path):
     write(tmp_path / "sys", SYS)
     # an evaluation folder of scripts/evaluate.sh as the baseline: its hyp.tok and its name
     write(tmp_path / "ev_base/hyp.tok", BASE)
-    (tmp_path / "ev_base/results.json").write_text(json.dumps({"name": "Transformer-Base"}))
+    RESULTS.write(tmp_path / "ev_base", {"name": "Transformer-Base"})
     out = tmp_path / "out"
     run(["python", "-m", "fairseq_csan.recipes.analysis.ngram_gap", "--ref", tmp_path / "ref", "--baseline", tmp_path / "ev_base",
          "--system", f"CSAN={tmp_path / 'sys'}", "--out", out])
@@ -156,10 +156,9 @@ def test_gate_means_by_hand():
 def test_window_sweep_collects_runs_in_order(tmp_path):
     for name, kind, value, bleu in (("csan1d_window11", "window", 11, 27.5), ("csan1d_window3", "window", 3, 26.0),
                                     ("csan2d_heads3", "heads", 3, 28.1), ("csan2d_heads1", "heads", 1, 27.7)):
-        write(tmp_path / "sweep" / name / "sweep.json", [json.dumps({"kind": kind, "value": value, "arch": "a", "flags": "f"})])
-        (tmp_path / "sweep" / name / "eval").mkdir()
-        (tmp_path / "sweep" / name / "eval/results.json").write_text(json.dumps({"bleu_tok": bleu, "sacrebleu": bleu - 1}))
-    write(tmp_path / "sweep/unfinished/sweep.json", ['{"kind": "window", "value": 5}'])
+        SWEEP.write(tmp_path / "sweep" / name, {"kind": kind, "value": value, "arch": "a", "flags": "f"})
+        RESULTS.write(tmp_path / "sweep" / name / "eval", {"bleu_tok": bleu, "sacrebleu": bleu - 1})
+    SWEEP.write(tmp_path / "sweep/unfinished", {"kind": "window", "value": 5})
     rows = window_sweep.collect(tmp_path / "sweep", "bleu_tok")
     assert [r[:3] for r in rows] == [["window", 3, 26.0], ["window", 11, 27.5], ["heads", 1, 27.7], ["heads", 3, 28.1]]
     assert analysis("window_sweep", "--sweep", tmp_path / "sweep", "--out", tmp_path / "out", "--metric",

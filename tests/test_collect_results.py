@@ -1,12 +1,11 @@
 """fairseq_csan.recipes.collect_results: evaluations -> a Table-2-shaped markdown table (BLEU or
 chrF), replacing only a table it wrote."""
 
-import json
 
 import pytest
 
 from fairseq_csan.recipes import collect_results as collect
-from fairseq_csan.recipes.runner import Refusal
+from fairseq_csan.recipes.runner import RESULTS, Refusal
 from recipe_helpers import run
 
 
@@ -25,12 +24,11 @@ def test_collect_results_has_a_chrf_column(tmp_path):
 
 
 def _result(folder, name, task, bleu, mark="", steps=None, params=None, bootstrap=None):
-    folder.mkdir(parents=True)
-    (folder / "results.json").write_text(json.dumps({
+    RESULTS.write(folder, {
         "name": name, "task": task, "bleu_tok": bleu, "bleu_compound": None, "sacrebleu": bleu - 1,
         "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
         "mark": mark, "train": {"steps_per_s": steps, "params": params, "logged_intervals": 1},
-        "bootstrap": bootstrap}))
+        "bootstrap": bootstrap})
     return folder
 
 

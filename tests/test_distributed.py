@@ -116,7 +116,8 @@ def test_a_stopped_data_parallel_run_resumes_from_its_checkpoint(data_bin, unint
     that is left), then started again: it continues, and ends where the uninterrupted one does."""
     stopped = next(uninterrupted.glob("checkpoint_*_2.pt"))
     (tmp_path / "checkpoint_last.pt").write_bytes(stopped.read_bytes())
-    (tmp_path / "run.json").write_bytes((uninterrupted / "run.json").read_bytes())  # the run's folder, as it was
+    for record in ("run.json", ".written.json"):  # the run's folder, as it was
+        (tmp_path / record).write_bytes((uninterrupted / record).read_bytes())
     log = succeed(train_sh(data_bin, tmp_path, "--cpu-processes", "2"))
     assert f"resuming from {tmp_path}/checkpoint_last.pt" in log
     assert "@ 2 updates)" in log and "num_updates=3," in log and "num_updates=2," not in log

@@ -502,7 +502,7 @@ def test_the_project_as_a_wheel_runs_its_pipelines_from_an_empty_folder(offline)
                "--bootstrap-samples", 100]
     done = ok(command, empty, timeout=900)
 
-    records = {r["system"]: r for r in json.loads((out / "results.json").read_text())}
+    records = {r["system"]: r for r in json.loads((out / "results.json").read_text())["records"]}
     assert set(records) == {"transformer", "ctxaware"}
     for system, record in records.items():
         per_run = [json.loads((out / "runs" / system / f"seed{s}" / "eval" / "results.json").read_text())

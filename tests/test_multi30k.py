@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from fairseq_csan.recipes.runner import Failed, Refusal
+from fairseq_csan.recipes.multi30k import REPRODUCTION
+from fairseq_csan.recipes.runner import RESULTS, Failed, Refusal
 from fairseq_csan.recipes.runner.children import _RUNNING as RUNNING
 from sacrebleu.metrics import BLEU
 
@@ -201,7 +202,7 @@ def test_reproduce_a_wrong_raw_dir_does_not_lock_the_output(tmp_path, monkeypatc
             write(raw / f"{split}.{lang}", ["a"])
     write(raw / "train.de", ["a", "b"])  # not line-aligned with train.en: the real preparation fails
     out.mkdir()
-    (out / "settings.json").write_text(json.dumps({"raw_dir": "/elsewhere"}))
+    REPRODUCTION.write(out, {"raw_dir": "/elsewhere"})
     from fairseq_csan.recipes import multi30k as module
 
     with pytest.raises(Failed, match="prepare ended with exit status 2"):
@@ -234,7 +235,7 @@ def test_a_run_is_kept_while_its_evaluation_is_finished_and_of_the_task_as_it_is
         assert not kept(folder, binary, "the run")  # no results.json yet: the evaluation did not finish
         Step(folder / "eval", "decode", [binary / "test.en-de.de.bin"], [folder / "eval" / "gen"]).make(
             lambda temps: temps[0].write_text("hypotheses"))
-        (folder / "eval" / "results.json").write_text("{}")
+        RESULTS.write(folder / "eval", {})
         assert kept(folder, binary, "the run")
     check_kept(args, tmp_path / "data")
 
@@ -261,7 +262,7 @@ def test_the_settings_of_an_earlier_version_are_other_settings(tmp_path, monkeyp
         for lang in ("en", "de"):
             write(raw / f"{split}.{lang}", ["a"])
     (out / "runs" / "transformer" / "seed1").mkdir(parents=True)
-    (out / "settings.json").write_text(json.dumps({"raw_dir": str(raw.resolve()), "jobs": 2}))
+    REPRODUCTION.write(out, {"raw_dir": str(raw.resolve()), "jobs": 2})
     with pytest.raises(Refusal, match="holds runs with other settings"):
         module.main(["--raw-dir", str(raw), "--out", str(out)])
 
@@ -316,7 +317,7 @@ def test_an_out_holding_files_the_reproduction_did_not_write_is_refused(tmp_path
     # a folder the reproduction wrote, with a file of the user's in OUT/analysis, which every run
     # rewrites: refused before anything is prepared or trained, the file kept
     (out / "notes.md").unlink()
-    (out / "settings.json").write_text(json.dumps({"raw_dir": str(raw.resolve())}))
+    REPRODUCTION.write(out, {"raw_dir": str(raw.resolve())})
     write(out / "analysis/ngram_gap.md", ["my reading of the gaps"])
     done = recipe_main("multi30k", "--raw-dir", raw, "--out", out)
     assert done.returncode != 0 and f"{out / 'analysis'} holds files the reproduction did not write " \

@@ -12,6 +12,7 @@ from conftest import shared_corpus
 from recipe_helpers import in_process, lines, prepare_planner, refusal_of, run, walk_options, write
 
 from fairseq_csan.recipes import evaluate, export, text, translate
+from fairseq_csan.recipes.task import TASK
 
 PREPARE = [sys.executable, "-m", "fairseq_csan.recipes.prepare"]
 # the shared corpora of three pairs: folder, (src, tgt) as stored, and their train/valid/test names
@@ -70,14 +71,12 @@ def test_a_folder_prepared_before_the_languages_were_recorded_reads_as_it_was(tm
     """A task.json without tests or tokenisers: read as one test set and the rules its languages
     have always had, and a rerun with the same settings is not refused. A folder of an earlier
     version of the kit (recipe.env alone) is refused, and --force prepares it again."""
-    import json
-
     from fairseq_csan.recipes.runner import Refusal
     from fairseq_csan.recipes.task import PreparedTask
 
     old = {"task": "wmt17_zh_en", "src": "zh", "tgt": "en", "merges": 32000, "joint_bpe": False, "clean_max_len": 250,
            "clean_ratio": 9.0}
-    write(tmp_path / "task.json", [json.dumps(old)])
+    TASK.write(tmp_path, old)
     (tmp_path / "data-bin").mkdir()
     task = PreparedTask.open(tmp_path)
     assert task.test_sets == ["test"] and task.splits == ["train", "valid", "test"]

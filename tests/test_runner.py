@@ -556,6 +556,29 @@ def test_a_damaged_record_is_named_and_refused(tmp_path):
     assert issubclass(Damaged, Refusal)  # exit status 2, in one line
 
 
+@pytest.mark.parametrize("kind", [TASK, RUN, EVALUATION, SWEEP, RESULTS])
+def test_a_record_edited_by_hand_or_copied_in_alone_is_refused_not_believed(tmp_path, kind):
+    """A record is read only as the kit wrote it (its folder's .written.json names it, with its
+    SHA-256): the same JSON edited (task.json with src and tgt swapped) or copied in without the
+    folder's record of what the kit wrote is Damaged, naming the file."""
+    values, edit = {"task.json": ({"src": "en", "tgt": "de"}, {"src": "de", "tgt": "en"}),
+                    "run.json": ({"seed": 1}, {"seed": 2}), "evaluation.json": ({"subset": "test"}, {"subset": "valid"}),
+                    "sweep.json": ({"value": 3}, {"value": 5}),
+                    "results.json": ({"sacrebleu": 18.77}, {"sacrebleu": 27.0})}[kind.file]
+    kind.write(tmp_path, values)
+    assert kind.read(tmp_path) == kind.typed(values)
+    path = kind.path(tmp_path)
+    edited = {**json.loads(path.read_text()), **edit}
+    path.write_text(json.dumps(edited, indent=2) + "\n")  # valid, typed, and not what the kit wrote
+    with pytest.raises(Damaged, match=f"{path} changed since .* wrote it"):
+        kind.read(tmp_path)
+    (tmp_path / ".written.json").unlink()  # the record alone, as a copy of one file would bring it
+    with pytest.raises(Damaged, match=f"{path} is not a record this kit wrote"):
+        kind.read(tmp_path)
+    kind.write(tmp_path, edited)  # the step run again writes it: then it is read
+    assert kind.read(tmp_path) == kind.typed(edited)
+
+
 def test_an_open_record_keeps_its_fields_as_they_are(tmp_path):
     settings = {"raw_dir": "/raw", "max_update": 600, "trained": {"csan2d/seed1": {"threads": 1}}, "jobs": 2}
     assert REPRODUCTION.read(REPRODUCTION.write(tmp_path, settings) and tmp_path) == settings

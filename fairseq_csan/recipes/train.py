@@ -39,7 +39,8 @@ from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
 
 PLUGIN = Path(user_dir())  # the fairseq_csan package, for --user-dir
 HPARAMS = Path(__file__).with_name("hparams.json")
-HYPER_PARAMETERS = Kind("hyper-parameters", "hparams.json")  # (any fields: the sizes and schedules of hparams.json)
+# hparams.json: the sizes and schedules (any fields); an input the user may edit
+HYPER_PARAMETERS = Kind("hyper-parameters", "hparams.json", written=False)
 
 
 # ---------------------------------------------------------------------------- the options

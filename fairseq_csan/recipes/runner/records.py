@@ -69,6 +69,7 @@ class Kind:
     file: str
     fields: Optional[Dict[str, str]] = None  # None: any JSON object
     earlier: tuple = ()
+    written: bool = True  # the kit writes it (read only as written: _believed); False: an input the user edits
 
     def path(self, folder) -> Path:
         return Path(folder) / self.file
@@ -94,19 +95,22 @@ class Kind:
             raise Damaged(f"{old[0]} was written by an earlier version of the kit, which this one does not read: run "
                           f"the step that made {folder} again (into a new folder, or with --force)")
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as error:
             raise Damaged(f"{path} cannot be read ({error.strerror})") from None
         try:
-            values = json.loads(text)
+            values = json.loads(data.decode("utf-8"))
             if not isinstance(values, dict):
                 raise ValueError("not a JSON object")
-            return self.typed(values)
+            values = self.typed(values)
         except (ValueError, KeyError, TypeError) as error:
             raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
                           "hand or cut short: run the step that made it again") from None
+        if self.written and path.name not in (_WRITTEN_FILE, "export.json"):  # (each: a folder's record of itself)
+            _believed(path, data)
+        return values
 
     def write(self, folder, values: dict, file: Optional[str] = None) -> dict:
         """Write the record atomically; the typed values."""
@@ -115,7 +119,7 @@ class Kind:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic(path) as (part,):
             part.write_text(json.dumps(values, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        if self.file not in (_WRITTEN_FILE, "export.json"):  # (each is a folder's record of itself)
+        if path.name not in (_WRITTEN_FILE, "export.json"):
             _record_written([path], _command_name())
         return values
 
@@ -163,6 +167,19 @@ def _owner(path: Path) -> Optional[dict]:
         return {"sha256": seal["files"][path.name], "by": seal.get("by", "export")}
     entry = ((_WRITTEN.read(path.parent) or {}).get("files") or {}).get(path.name)
     return entry if isinstance(entry, dict) else None
+
+
+def _believed(path: Path, data: bytes) -> None:
+    """A record is read only as the kit wrote it: one that its folder's ``.written.json`` does not
+    name (copied in, or written by something else) or that changed since (edited by hand) is
+    Damaged, never believed."""
+    entry = ((_WRITTEN.read(path.parent) or {}).get("files") or {}).get(path.name)
+    if not isinstance(entry, dict):
+        raise Damaged(f"{path} is not a record this kit wrote ({path.parent / _WRITTEN_FILE} does not name it): run the "
+                      "step that made its folder again")
+    if entry.get("sha256") != hashlib.sha256(data).hexdigest():
+        raise Damaged(f"{path} changed since {entry.get('by', 'the kit')} wrote it (edited by hand?): put it back, or "
+                      f"run {entry.get('by', 'the step that made it')} again")
 
 
 def _record_written(paths: Iterable, by: str) -> None:
