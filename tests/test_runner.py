@@ -415,7 +415,9 @@ def test_translate_checks_its_output_first_and_takes_one_writer(tree, tmp_path):
     loose.parent.mkdir()
     loose.write_bytes((tree / "ev/averaged.pt").read_bytes())
     done = evaluate("--data", other, "--checkpoint", loose, "--out", tmp_path / "ev", "--cpu")
-    assert done.returncode == 2 and f"{loose} was not trained on {other}" in done.stderr
+    assert done.returncode == 2 and f"{loose}: no record of what made it" in done.stderr  # refused as it is
+    done = evaluate("--data", other, "--checkpoint", loose, "--out", tmp_path / "ev", "--cpu", "--unchecked")
+    assert done.returncode == 2 and f"{loose} was not trained on {other}" in done.stderr  # taken: its sizes checked
     assert not (tmp_path / "ev").exists()
 
 
@@ -620,7 +622,11 @@ def test_a_checkpoint_is_checked_against_what_its_record_says_it_was_made_from(t
     (data / "dict.en.txt").write_text("a 1\nb 1\n")
     run = tmp_path / "ck"
     run.mkdir()
-    check_made_from(run / "checkpoint_last.pt", data, "TASK")  # no record of the kit's: not refused here
+    # no record of the kit's: refused, unless taken --unchecked, which says so
+    with pytest.raises(Refusal, match=r"checkpoint_last.pt: no record of what made it \(.* has no run.json, "
+                                        r"evaluation.json or export.json\).* pass --unchecked"):
+        check_made_from(run / "checkpoint_last.pt", data, "TASK")
+    check_made_from(run / "checkpoint_last.pt", data, "TASK", unchecked=True)
     RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1, "made_from": made_from(data)})
     check_made_from(run / "checkpoint_last.pt", data, "TASK")
     (data / "dict.en.txt").write_text("b 1\na 1\n")  # prepared again: a dictionary of the same size
@@ -628,14 +634,16 @@ def test_a_checkpoint_is_checked_against_what_its_record_says_it_was_made_from(t
                                         r"dict.en.txt \(sha256 \w{12} then, \w{12} now\), as .*run.json recorded it"):
         check_made_from(run / "checkpoint_last.pt", data, "TASK")
     RUN.write(run, {"arch": "transformer", "data": str(data), "seed": 1})  # an earlier version's record
-    with pytest.raises(Damaged, match="an earlier version of the kit wrote"):
+    with pytest.raises(Damaged, match="does not say which data it was made from"):
         check_made_from(run / "checkpoint_last.pt", data, "TASK")
     ev = tmp_path / "ev"  # an evaluation's average carries its checkpoints' record on
     ev.mkdir()
     EVALUATION.write(ev, {"checkpoints": ["x"], "made_from": made_from(data)})
     check_made_from(ev / "averaged.pt", data, "TASK")
-    EVALUATION.write(ev, {"checkpoints": ["x"], "made_from": None})  # of checkpoints no record spoke for
-    check_made_from(ev / "averaged.pt", data, "TASK")
+    EVALUATION.write(ev, {"checkpoints": ["x"], "made_from": None})  # of checkpoints taken --unchecked: so again
+    with pytest.raises(Damaged, match="pass --unchecked"):
+        check_made_from(ev / "averaged.pt", data, "TASK")
+    check_made_from(ev / "averaged.pt", data, "TASK", unchecked=True)
 
 
 @pytest.mark.slow

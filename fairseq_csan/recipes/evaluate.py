@@ -23,7 +23,7 @@ from .average_checkpoints import average, newest_checkpoints
 from .command_line import Parser, positive
 from .runner import (EVALUATION, RESULTS, RUN, Failed, Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps,
                      run_child, save_torch, say, shell_words)
-from .runner.records import forget_written
+from .runner.records import UNCHECKED, forget_written, stamped_change
 from .task import PreparedTask
 from .. import user_dir
 
@@ -46,6 +46,7 @@ def parse(argv=None):
     p.add_argument("--model", type=Path, metavar="FOLDER",
                    help="evaluate a model folder as it is (export's or recipes.convert's, on a task prepared with "
                         "its dictionaries: prepare files --like FOLDER); not with --checkpoints or --checkpoint")
+    p.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     p.add_argument("--subset", default="test", metavar="SPLIT",
                    help="the split to translate: test (default), valid, or test1, test2, ... where the task was "
                         "prepared with more than one --test")
@@ -84,13 +85,13 @@ def parse(argv=None):
     return args
 
 
-def model_settings(checkpoint: Path, task: PreparedTask) -> dict:
+def model_settings(checkpoint: Path, task: PreparedTask, unchecked: bool) -> dict:
     """The checkpoint's own model settings (arch, max_source_positions, ...), read with fairseq's
     loader; a file it cannot read, or a model of other data than the task's, is refused."""
     from .export import check_dictionaries, load_state
 
     state = load_state(checkpoint, {})
-    check_dictionaries(state, task, checkpoint)  # fairseq-generate would stop with a size mismatch deep in its log
+    check_dictionaries(state, task, checkpoint, unchecked)  # fairseq-generate would stop with a size mismatch deep in its log
     cfg = state["cfg"]["model"]
     return dict(cfg) if isinstance(cfg, dict) else dict(vars(cfg)) if not hasattr(cfg, "items") else dict(cfg.items())
 
@@ -104,6 +105,9 @@ def check_inputs(args, task: PreparedTask) -> dict:
     for what, path in refs.items():
         if not path.is_file():
             raise Refusal(f"no {what} {path}: prepare {args.data} again (the command that made it)")
+    changed = stamped_change(task.root, [*refs.values(), task.root / "bpe" / f"{args.subset}.{task.src}"])
+    if changed:  # scored only against the task as prepare made it
+        raise Refusal(f"{changed}: prepare {args.data} again with the command that made it (it redoes what changed)")
     if args.baseline and not (args.baseline / "hyp.tok").is_file():
         raise Refusal(f"--baseline {args.baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
     base = RESULTS.read(args.baseline) if args.baseline else None
@@ -123,7 +127,7 @@ def choose_checkpoints(args, task: PreparedTask) -> dict:
     if args.model is not None:
         from .export import fits_task, folder_model
 
-        model = folder_model(args.model)
+        model = folder_model(args.model, args.unchecked)
         fits_task(model, f"--model {args.model}", task.src, task.tgt, task.data_bin, task.root)
         args.checkpoint = model["checkpoint"]
     folder = args.checkpoints or args.checkpoint.parent
@@ -136,7 +140,7 @@ def choose_checkpoints(args, task: PreparedTask) -> dict:
     except Refusal as error:
         raise Refusal(f"cannot choose the last {last} checkpoints of {args.checkpoints} ({error}); --last N averages "
                       "fewer, --checkpoint FILE takes one") from None
-    cfg = model_settings(inputs[-1], task)
+    cfg = model_settings(inputs[-1], task, args.unchecked)
     arch = cfg.get("arch") or cfg.get("_name")
     if run.get("arch") and arch and run["arch"] != arch:
         if args.checkpoints:

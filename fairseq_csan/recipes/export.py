@@ -30,6 +30,7 @@ from pathlib import Path
 from . import decoding
 from .command_line import Parser
 from .runner import EXPORT, Refusal, WriterLock, check_made_from, refuse_overlaps, replace_folder, save_torch, say
+from .runner.records import UNCHECKED
 from .runner.records import theirs
 from .task import PreparedTask
 
@@ -67,14 +68,19 @@ def load_state(checkpoint: Path, overrides: dict) -> dict:
                       f"{(str(error).strip().splitlines() or [type(error).__name__])[0]})") from None
 
 
-def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> dict:
+def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path, unchecked: bool = False) -> dict:
     """The checkpoint must be made from the task's data as it is now, where the kit's record of
     it says (records.check_made_from: the dictionaries' and training data's SHA-256), and its
     embedding tables must have the sizes of the task's dictionaries. Returns the task's
     ``made_from`` (records.made_from), for the record of what is made of it."""
     from fairseq.data import Dictionary
 
-    now = check_made_from(checkpoint, task.data_bin, str(task.root))
+    now = check_made_from(checkpoint, task.data_bin, str(task.root), unchecked)
+    trained = state["cfg"]["task"]  # the languages the checkpoint itself says it was trained on
+    pair = (getattr(trained, "source_lang", None), getattr(trained, "target_lang", None))
+    if all(pair) and pair != (task.src, task.tgt):
+        raise Refusal(f"{checkpoint} translates {pair[0]}-{pair[1]}, and {task.root} is {task.src}-{task.tgt}: give the "
+                      "task folder it was trained on")
     weights = state["model"]
     for side, lang in (("encoder", task.src), ("decoder", task.tgt)):
         table = weights.get(f"{side}.embed_tokens.weight")
@@ -86,12 +92,12 @@ def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path) -> dic
     return now
 
 
-def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
+def write_folder(task: PreparedTask, checkpoint: Path, folder: Path, unchecked: bool) -> None:
     from fairseq_csan.model_folder import sha256  # the hash from_pretrained checks
     from omegaconf import OmegaConf, open_dict
 
     state = load_state(checkpoint, hub_overrides(task, data=".", bpe_codes="bpecodes"))
-    made_from = check_dictionaries(state, task, checkpoint)
+    made_from = check_dictionaries(state, task, checkpoint, unchecked)
     cfg = state["cfg"]  # fairseq's loader gives an OmegaConf config, the overrides set
     with open_dict(cfg):
         cfg.common.user_dir = None  # the training machine's path; importing the plugin is the user's part
@@ -103,12 +109,13 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path) -> None:
         shutil.copyfile(task.data_bin / f"dict.{lang}.txt", folder / f"dict.{lang}.txt")
     shutil.copyfile(task.codes(task.src), folder / "bpecodes")
     return {"task": task.task, "source_lang": task.src, "target_lang": task.tgt, "checkpoint_sha256": sha256(checkpoint),
-            "made_from": made_from,  # the task's dictionaries and training data it was checked against
+            # the task's dictionaries and training data it was checked against (none: taken --unchecked)
+            "made_from": None if unchecked else made_from, **({"unchecked": True} if unchecked else {}),
             **dict(zip(("tokenizer", "bpe"), encoders_of(task))), "pretokenized": bool(task.pretokenized),
             **decoding.generation_overrides()}
 
 
-def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
+def export(data: Path, checkpoint: Path, out: Path, force: bool = False, unchecked: bool = False) -> str:
     """Write the model folder; 'written', 'replaced' or 'unchanged'."""
     task = PreparedTask.open(data)
     if not checkpoint.is_file():
@@ -117,7 +124,7 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False) -> str:
     if not codes.is_file():
         raise Refusal(f"no BPE codes {codes} (prepare {data} again with the command that made it)")
     refuse_overlaps({"--out": out}, {"--data": data, "--checkpoint": checkpoint})
-    return write_model_folder(out, lambda folder: write_folder(task, checkpoint, folder), force, "export")
+    return write_model_folder(out, lambda folder: write_folder(task, checkpoint, folder, unchecked), force, "export")
 
 
 def write_model_folder(out: Path, fill, force: bool, by: str) -> str:
@@ -157,8 +164,9 @@ def main(argv=None):
                    help="the checkpoint: evaluate.sh's averaged.pt, or checkpoint_best.pt")
     p.add_argument("--out", required=True, type=Path, help="the model folder to write")
     p.add_argument("--force", action="store_true", help="replace an existing, different model folder that export wrote")
+    p.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     args, _ = p.read(argv)
-    how = export(args.data, args.checkpoint, args.out, args.force)
+    how = export(args.data, args.checkpoint, args.out, args.force, args.unchecked)
     say(f"{args.out}: {how} (model.pt, dict.*.txt, bpecodes; translate with python -m fairseq_csan.recipes.translate "
         f"--model {args.out} --input FILE)")
 
@@ -188,7 +196,17 @@ def dictionary_words(path: Path) -> list:
             for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def folder_model(folder: Path) -> dict:
+def check_sealed(folder: Path, unchecked: bool) -> None:
+    """A model folder without export.json (export's and convert's seal) is refused, unless
+    ``unchecked`` (--unchecked; said in the output): nothing would tell a file cut or replaced."""
+    if not EXPORT.path(folder).is_file():
+        if not unchecked:
+            raise Refusal(f"{folder} has no {EXPORT.file} (the seal export and convert write: each file's SHA-256): "
+                          f"export it again, or pass {UNCHECKED[0]} to take it as it is")
+        say(f"{UNCHECKED[0]}: {folder} has no {EXPORT.file}; its files were not checked")
+
+
+def folder_model(folder: Path, unchecked: bool = False) -> dict:
     """What a model folder's checkpoint says of its model: its architecture, languages, the
     flags of its shape and variant (flag -> value, as fairseq-train takes them), its dictionaries'
     files and the checkpoint's SHA-256. A damaged folder (export's seal) or one without model.pt
@@ -198,6 +216,7 @@ def folder_model(folder: Path) -> dict:
     checkpoint = folder / "model.pt"
     if not checkpoint.is_file():
         raise Refusal(f"{folder} is not a model folder: it has no model.pt")
+    check_sealed(folder, unchecked)
     try:
         verify(folder)
     except DamagedModelFolder as error:

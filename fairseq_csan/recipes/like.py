@@ -21,7 +21,7 @@ from .runner import Refusal
 BPE_OPTION = {"bpecodes": "bpe_codes", "code": "bpe_codes"}
 
 
-def read(folder: Path, src: str, tgt: str) -> dict:
+def read(folder: Path, src: str, tgt: str, unchecked: bool = False) -> dict:
     """What --like FOLDER takes from the folder, for task.json's ``like``: the folder, its
     checkpoint's SHA-256, tokenizer, BPE kind, BPE file and dictionaries. Refused: a damaged
     folder, another language pair, no BPE file, no tokenizer or BPE named by the checkpoint."""
@@ -30,7 +30,7 @@ def read(folder: Path, src: str, tgt: str) -> dict:
     from .export import folder_model
 
     try:
-        model = folder_model(folder)
+        model = folder_model(folder, unchecked)
     except Refusal as error:
         raise Refusal(f"--like: {error}") from None
     if (model["src"], model["tgt"]) != (src, tgt):

@@ -37,7 +37,7 @@ from . import corpora, like, text
 from .command_line import Parser, at_least, language, positive
 from .runner import (Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps, run_child, say,
                      shell_words, write_file)
-from .runner.records import forget_written
+from .runner.records import UNCHECKED, forget_written
 from .task import TASK, PreparedTask
 
 OWNED = ("raw", "tok", "bpe", "data-bin", ".steps", "task.json", "tools.txt")  # what prepare writes in OUT
@@ -169,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
                         "folder's tokenizer, split with its BPE codes and binarise with its dictionaries unchanged "
                         "(docs/recipes.md, Start from a trained Transformer); not with --merges, --joint-bpe or "
                         "--pretokenized, which the folder decides")
+    f.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1] + " (of --like FOLDER)")
     for name, spec in sorted(corpora.TASKS.items()):
         t = tasks.add_parser(name, prog=f"prepare.sh ({name})", help=f"the {name} preset (examples/*/prepare.sh)",
                              description="Prepare the task's corpora for fairseq (docs/recipes.md).")
@@ -208,7 +209,7 @@ def parse(argv=None):
             if given:
                 raise Refusal(f"--like {args.like} decides the tokens, the BPE and the dictionaries: leave out "
                               f"{', '.join(given)}")
-            args.like_info = like.read(args.like, args.src, args.tgt)
+            args.like_info = like.read(args.like, args.src, args.tgt, args.unchecked)
             args.merges, args.joint_bpe, args.pretokenized = 0, 1, args.like_info["pretokenized"]
         joint, ratio = own_corpus_defaults(args.src, args.tgt)
         args.joint_bpe = joint if args.joint_bpe is None else args.joint_bpe

@@ -33,6 +33,7 @@ from typing import List, Optional
 from .save_folder import claim, finished, repair_checkpoints
 from .command_line import Parser, positive, whole
 from .runner import RUN, Failed, Kind, Progress, Refusal, run_child, say, shell_words
+from .runner.records import UNCHECKED
 from .task import TASK, PreparedTask
 from .. import user_dir
 from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
@@ -95,6 +96,7 @@ def parser() -> Parser:
                    "after -- that contradicts them is refused), the task must have its dictionaries (prepare files --like "
                    "FOLDER), and the optimizer and schedule start fresh at hparams.json's finetune learning rate and "
                    "warm-up (fairseq's --finetune-from-model)")
+    p.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     p.add_argument("--dry-run", action="store_true", help="print the exact command (for 8 GPUs unless --gpus is given) "
                    "and exit")
     p.add_argument("--force", action="store_true", help="start the run in --save-dir again from nothing: the files a "
@@ -423,7 +425,7 @@ def start_from(o, data: Data) -> dict:
         raise Refusal("--finetune-from-model and --restore-file after -- start from another checkpoint than "
                       f"--finetune-from {o.finetune}: give one of them")
     try:
-        start = folder_model(Path(o.finetune))
+        start = folder_model(Path(o.finetune), o.unchecked)
     except Refusal as e:
         raise Refusal(f"--finetune-from: {e}") from None
     if start["arch"] != o.arch:

@@ -44,6 +44,7 @@ from pathlib import Path
 from . import decoding
 from .command_line import Parser, positive
 from .runner import EXPORT, Refusal, WriterLock, check_owned, check_writable, say, write_file
+from .runner.records import UNCHECKED
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
@@ -75,6 +76,9 @@ def load(args):
     if args.model:
         from fairseq_csan.model_folder import DamagedModelFolder
 
+        from .export import check_sealed
+
+        check_sealed(args.model, args.unchecked)
         try:
             hub = TransformerModel.from_pretrained(str(args.model))
         except DamagedModelFolder as error:
@@ -88,7 +92,7 @@ def load(args):
 
         overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
         state = load_state(args.checkpoint, overrides)  # a checkpoint of another task is named before fairseq's
-        check_dictionaries(state, task, args.checkpoint)  # size-mismatch traceback
+        check_dictionaries(state, task, args.checkpoint, args.unchecked)  # size-mismatch traceback
         from fairseq_csan.model_folder import DamagedModelFolder
 
         try:
@@ -172,6 +176,7 @@ def parse(argv):
                                               "python -m fairseq_csan.recipes.export wrote")
     p.add_argument("--input", required=True, type=Path,
                    help="raw text in the source language, one sentence a line ('-': standard input)")
+    p.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     p.add_argument("--output", type=Path, help="translations (default: INPUT with the target language's suffix)")
     p.add_argument("--beam", type=positive, default=decoding.BEAM, help=f"beam size (default {decoding.BEAM})")
     p.add_argument("--lenpen", type=float, default=decoding.LENPEN, help=f"length penalty (default {decoding.LENPEN})")

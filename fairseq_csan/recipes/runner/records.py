@@ -284,28 +284,41 @@ def changed_since(then: Dict[str, str], now: Dict[str, str]) -> Optional[str]:
     return None
 
 
-def check_made_from(checkpoint, binary, task_name) -> Dict[str, str]:
-    """Refuse (one line naming both) a checkpoint whose record (its save folder's run.json, or the
-    evaluation.json of an averaged.pt) says it was made from other files than ``binary`` holds now;
-    a checkpoint that no record of the kit's speaks for passes (its embedding sizes are still
-    checked against the dictionaries). Returns what ``binary`` holds now (``made_from``)."""
+UNCHECKED = ("--unchecked", "take a checkpoint or model folder that no record of the kit's speaks for (fairseq-train's "
+             "own, or a published model): what made it is not checked, only its dictionaries and languages; the "
+             "output says so")
+
+
+def check_made_from(checkpoint, binary, task_name, unchecked: bool = False) -> Dict[str, str]:
+    """Refuse (one line naming both) a checkpoint whose record (its save folder's run.json, the
+    evaluation.json of an averaged.pt, or a model folder's export.json) says it was made from other
+    files than ``binary`` holds now. A checkpoint that no record speaks for is refused too, unless
+    ``unchecked`` (--unchecked: said in the output). Returns what ``binary`` holds now (``made_from``)."""
     now, folder = made_from(binary), Path(checkpoint).parent
-    for kind in (RUN, EVALUATION):
+    for kind in (RUN, EVALUATION, EXPORT):
         record = kind.read(folder) if kind.exists(folder) else None
         if record is None:
             continue
         then = record.get("made_from")
-        if then is None and kind is EVALUATION:  # an evaluation of checkpoints no record spoke for
+        if kind is EXPORT and not then:  # a sealed folder of a model trained elsewhere (convert's): its files checked
             return now
-        if not then:
-            raise Damaged(f"{checkpoint} comes from a folder that an earlier version of the kit wrote "
-                          f"({kind.path(folder)} does not say which data it was made from): train (or evaluate) it again")
-        changed = changed_since(then, now)
+        if not then and not (kind is EVALUATION and unchecked):
+            raise Damaged(f"{checkpoint}: {kind.path(folder)} does not say which data it was made from (an earlier "
+                          f"version of the kit, or an evaluation of a checkpoint taken {UNCHECKED[0]}): train (or "
+                          f"evaluate) it again, or pass {UNCHECKED[0]} to take it as it is")
+        changed = then and changed_since(then, now)
         if changed:
             raise Refusal(f"{checkpoint} was made from other data than {task_name} holds now: {changed}, as "
                           f"{kind.path(folder)} recorded it; the task was prepared again or is another one. Give the "
                           "task folder it was trained on, or train again")
-        return now
+        if then:
+            return now
+    if not unchecked:
+        raise Refusal(f"{checkpoint}: no record of what made it ({folder} has no {RUN.file}, {EVALUATION.file} or "
+                      f"{EXPORT.file}): give it in the folder that train or evaluate wrote it in, or pass "
+                      f"{UNCHECKED[0]} to take it as it is")
+    say(f"{UNCHECKED[0]}: {checkpoint} has no record of what made it; nothing of its lineage was checked, only its "
+        f"dictionaries and languages against {task_name}")
     return now
 
 
@@ -351,12 +364,15 @@ def _step_stamps(root) -> Dict[str, dict]:
             if not p.name.startswith(".")} if folder.is_dir() else {}
 
 
-def stamped_change(root) -> Optional[str]:
-    """None when every file that ``root``'s stamps record, input or output, is as recorded; else the
-    first that is not: its steps would be redone."""
+def stamped_change(root, only: Optional[Iterable] = None) -> Optional[str]:
+    """None when every file that ``root``'s stamps record (``only``: of these paths), input or
+    output, is as recorded; else the first that is not: its steps would be redone."""
+    wanted = None if only is None else {_name_in(root, p) for p in only}
     for name, stamp in _step_stamps(root).items():
         for kind in ("inputs", "outputs"):
             for path, known in (stamp.get(kind) or {}).items():
+                if wanted is not None and path not in wanted:
+                    continue
                 full = Path(root) / path
                 if not full.exists() or _fingerprint(full, known)["sha256"] != known.get("sha256"):
                     return f"{full} changed since {name} ran"
