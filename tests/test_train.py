@@ -867,16 +867,39 @@ def test_every_option_changes_the_command_or_is_refused(fake_data, tmp_path, con
             assert changed != baseline, f"{' '.join(option)} with {' '.join(context)} is accepted and changes nothing"
 
 
-@pytest.mark.parametrize("flag", ["--save-dir", "--save-dir=elsewhere", "--arch", "--seed", "--user-dir"])
-def test_a_flag_the_kit_owns_is_refused_after_the_double_dash(flag, tmp_path):
-    """The run's lock and record follow train.sh's --save-dir, --arch and --seed: given again
-    after --, fairseq-train would write where no lock or record is (checkpoints in B, the
-    record in the first folder)."""
+@pytest.mark.parametrize("words,owned", [
+    (["--save-dir", "x"], "--save-dir"), (["--save-dir=elsewhere"], "--save-dir"), (["--arch", "x"], "--arch"),
+    (["-a", "transformer_csan2d"], "--arch"), (["-atransformer_csan2d"], "--arch"), (["--seed", "2"], "--seed"),
+    (["--arc", "transformer"], None), (["--user-dir", "x"], "--user-dir"), (["--log-file", "notes.txt"], "--log-file"),
+    (["--restore-file", "OTHER/checkpoint_1_8.pt"], "--restore-file"), (["--tensorboard-logdir", "tb"], "--tensorboard-logdir"),
+    (["--finetune-from-model", "m.pt"], "--finetune-from-model"), (["-s", "de"], "--source-lang")])
+def test_a_setting_the_kit_owns_is_refused_after_the_double_dash_under_any_spelling(words, owned, tmp_path):
+    """The run's lock and record follow train.sh's --save-dir, --arch and --seed, and the kit
+    keeps where a run logs and starts from: after --, each is resolved by fairseq's own parser
+    (its short forms; it takes no abbreviations) and refused, naming the setting and what to give
+    instead; a word fairseq-train does not take is refused as fairseq's parser words it. Nothing
+    is written."""
     done = train_main("--data", fake_task(tmp_path), "--arch", "transformer", "--save-dir", tmp_path / "s", "--dry-run",
-                      "--", flag, *([] if "=" in flag else ["x"]), check=False)
-    name = flag.split("=")[0]
-    assert done.returncode == 2 and f"{name} after -- would override the kit's own" in done.stderr
+                      "--", *words, check=False)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    if owned:
+        assert f"{words[0].split('=')[0]} after -- sets fairseq-train's {owned}, which the kit sets" in done.stderr
+    else:
+        assert "fairseq-train does not take the words after --: " in done.stderr and "unrecognized arguments: --arc" \
+            in done.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_a_run_without_end_is_refused(tmp_path):
+    """fairseq-train reads --max-update 0 as no limit: after --, without --max-epoch, it is refused;
+    with --max-epoch N it is that bound."""
+    task = fake_task(tmp_path)
+    done = train_main("--data", task, "--arch", "transformer", "--save-dir", tmp_path / "s", "--dry-run", "--",
+                      "--max-update", "0", check=False)
+    assert done.returncode == 2 and "would train without end" in done.stderr
+    done = train_main("--data", task, "--arch", "transformer", "--save-dir", tmp_path / "s", "--dry-run", "--",
+                      "--max-update", "0", "--max-epoch", "3")
+    assert "--max-update 0" in done.stdout and "--max-epoch 3" in done.stdout
 
 
 def test_force_removes_only_what_a_training_wrote(tmp_path):

@@ -137,6 +137,20 @@ def finished(last: Path, limit: Optional[str]) -> Optional[int]:
     return updates if updates >= int(limit) else None
 
 
+def check_same_run(last: Path, identity: dict) -> None:
+    """Refuse to resume a checkpoint_last.pt of another run: the seed or architecture it carries
+    (its own cfg) is not this run's (a checkpoint copied in from another seed's folder)."""
+    from .average_checkpoints import model_config
+
+    config = model_config(read_checkpoint(last))
+    arch = config.get("_name") or config.get("arch")
+    pairs = (("seed", config.get("seed"), str(identity["seed"])), ("--arch", arch, identity["arch"]))
+    differ = [f"{what} {then} in it, {now} here" for what, then, now in pairs if then not in (None, "None") and then != now]
+    if differ:
+        raise Refusal(f"{last} is a checkpoint of another run ({'; '.join(differ)}): fairseq would resume it as this "
+                      "one; move it away, or give its own run's --save-dir")
+
+
 def write_identity(save: Path, identity: dict) -> None:
     """The run record of ``save`` (records.RUN), with what the run is made from (the task's
     dictionaries and training data, records.made_from); a folder that holds another run, or this

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from .save_folder import claim, finished, repair_checkpoints
+from .save_folder import check_same_run, claim, finished, repair_checkpoints
 from .command_line import Parser, positive, whole
 from .runner import RUN, Failed, Kind, Progress, Refusal, run_child, say, shell_words
 from .runner.records import UNCHECKED
@@ -184,19 +184,58 @@ def read_data(data: str) -> Data:
 # Pure functions: the options (and, for the layout, how many GPUs this machine has) in, a
 # value or a Refusal naming the option out; build() reads the files and puts them together.
 
-# fairseq-train flags the kit sets from its own options, which its lock and run record follow:
-# not to be given again after -- (the checkpoints would go where no lock or record is)
-OWNED_AFTER_DASHES = {"--save-dir": "--save-dir DIR", "--arch": "--arch ARCH", "--seed": "--seed N",
-                      "--user-dir": "nothing (the kit gives the plugin's own)"}
+# fairseq-train settings (their dest) that the kit sets from its own options, which the run's lock
+# and record follow, or that would write elsewhere or start from another run's checkpoint: refused
+# after -- under any spelling fairseq's parser reads as them (-a, --arc, --save-dir=, ...)
+OWNED_AFTER_DASHES = {  # dest -> what to do instead
+    "arch": "give train.sh --arch ARCH", "save_dir": "give train.sh --save-dir DIR", "seed": "give train.sh --seed N",
+    "data": "give train.sh --data DIR", "source_lang": "leave it out (the task folder's)",
+    "target_lang": "leave it out (the task folder's)", "user_dir": "leave it out (the kit gives the plugin's own)",
+    "log_file": "leave it out (the kit logs to SAVE/train.log)", "tensorboard_logdir": "give train.sh --tensorboard DIR",
+    "wandb_project": "give train.sh --wandb PROJECT",
+    "checkpoint_suffix": "leave it out (resume and evaluate read checkpoint_*.pt)",
+    "restore_file": "leave it out (a run resumes from its own --save-dir), or give train.sh --finetune-from FOLDER",
+    "finetune_from_model": "give train.sh --finetune-from FOLDER", "continue_once": "give train.sh --finetune-from FOLDER"}
+
+
+def check_after_dashes(command: List[str], o) -> None:
+    """The words after -- as fairseq-train reads them (``command``: its arguments, the task folder
+    first): each option resolved by fairseq's own parser, a setting of OWNED_AFTER_DASHES refused
+    under any spelling, a word fairseq-train does not take refused, and a run without end (fairseq
+    reads --max-update 0 with no --max-epoch as no limit) refused."""
+    import contextlib
+    import io
+
+    from .. import register
+
+    register()
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    options.parse_args_and_arch(parser, [command[0], "--user-dir", str(PLUGIN), "--arch", o.arch], parse_known=True)
+    for word in (w for w in o.extra if w.startswith("-") and len(w) > 1 and not w[1].isdigit()):
+        flag = word.split("=", 1)[0]
+        actions = parser._option_string_actions  # fairseq's parser: its prefixes and short forms, as argparse reads them
+        prefix = parser.allow_abbrev and flag.startswith("--")  # (fairseq's own parser takes no abbreviations)
+        found = [actions[flag]] if flag in actions else [actions[flag[:2]]] if flag[:2] in actions and flag[1] != "-" \
+            else list({a.dest: a for s, a in actions.items() if prefix and s.startswith(flag)}.values())
+        if len(found) == 1 and found[0].dest in OWNED_AFTER_DASHES:
+            raise Refusal(f"{flag} after -- sets fairseq-train's {max(found[0].option_strings, key=len)}, which the kit "
+                          f"sets or keeps to itself (the run's lock and record follow it): "
+                          f"{OWNED_AFTER_DASHES[found[0].dest]}")
+    with contextlib.redirect_stderr(io.StringIO()) as said:
+        try:
+            args = options.parse_args_and_arch(options.get_training_parser(), command)
+        except SystemExit:
+            why = said.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1]
+            raise Refusal(f"fairseq-train does not take the words after --: {why}") from None
+    if not args.max_update and not args.max_epoch:
+        raise Refusal("--max-update 0 after --: fairseq-train reads 0 as no limit, and no --max-epoch is given, so it "
+                      "would train without end; give train.sh --max-update N (or --max-epoch N after --)")
 
 
 def check_options(o) -> None:
     """What the options alone must satisfy: the required ones, and those that exclude each other."""
-    for word in o.extra:
-        flag = word.split("=", 1)[0]
-        if flag in OWNED_AFTER_DASHES:
-            raise Refusal(f"{flag} after -- would override the kit's own, which the run's lock and record follow: "
-                          f"give train.sh {OWNED_AFTER_DASHES[flag]} instead")
     for flag, dest in (("--data", "data"), ("--arch", "arch"), ("--save-dir", "save")):
         if not getattr(o, dest):
             raise Refusal(f"{flag} is required")
@@ -397,6 +436,8 @@ def build(o) -> dict:
         visible = torch.cuda.device_count()
     layout = process_layout(o, papers, visible)
     cmd = fairseq_arguments(o, layout, data, hp)
+    if o.extra:
+        check_after_dashes(cmd[cmd.index(str(data.binary)):], o)
     warnings = [] if o.tiny else batch_warning(layout, papers, o.max_tokens or hp["all_sizes"]["max_tokens"])
     check_arch(o.arch)
     # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
@@ -415,15 +456,12 @@ def build(o) -> dict:
 def start_from(o, data: Data) -> dict:
     """--finetune-from FOLDER: the folder's model (export.folder_model), checked against the
     options and the task: the same --arch, the task's dictionaries (prepare files --like FOLDER
-    made them), no flag after -- that gives the model another shape, no --size or warm start of
-    another checkpoint."""
+    made them), no flag after -- that gives the model another shape, no --size (a warm start of
+    another checkpoint after --: check_after_dashes)."""
     from .export import contradictions, fits_task, folder_model
 
     if o.size:
         raise Refusal(f"--size sets a model's dimensions; --finetune-from {o.finetune} takes them from its model")
-    if any(w.split("=", 1)[0] in ("--finetune-from-model", "--restore-file") for w in o.extra):
-        raise Refusal("--finetune-from-model and --restore-file after -- start from another checkpoint than "
-                      f"--finetune-from {o.finetune}: give one of them")
     try:
         start = folder_model(Path(o.finetune), o.unchecked)
     except Refusal as e:
@@ -530,6 +568,7 @@ def resumed(plan: dict) -> bool:
         say(message)
     if not (save / "checkpoint_last.pt").is_file():
         return False
+    check_same_run(save / "checkpoint_last.pt", plan["identity"])
     done = finished(save / "checkpoint_last.pt", flag_value(plan["cmd"], "--max-update")) if plan["one_machine"] else None
     if done is not None:
         say(f"{plan['save_given']}/checkpoint_last.pt is at update {done}, and --max-update is "
