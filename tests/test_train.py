@@ -26,7 +26,8 @@ from recipe_helpers import fake_task, lines, run, train_main, train_tiny, write
 
 from fairseq_csan.recipes import save_folder
 from fairseq_csan.recipes import train as kit
-from fairseq_csan.recipes.runner import Refusal
+from fairseq_csan.model_folder import sha256
+from fairseq_csan.recipes.runner import RUN, Refusal
 
 TRAIN_SH = ["bash", "scripts/train.sh"]
 
@@ -685,6 +686,8 @@ def test_ende_warm_start_from_another_variant(ende, tmp_path):
         done = train_tiny(ende["out"], save, arch, "--max-update", 2, "--", "--finetune-from-model", pretrained)
         assert f"warm start from {pretrained} (--arch transformer_csan2d) into --arch {arch}" in done.stdout
         assert "num_updates=2," in done.stdout
+        # the run's record names what it started from (a warm start is its lineage)
+        assert RUN.read(save)["finetuned_from"] == {"checkpoint": str(pretrained.resolve()), "sha256": sha256(pretrained)}
     assert "parameters of this model keep their initial values" in done.stdout  # the gates of ctxaware
     # into fairseq's own Transformer: our settings and the variant's own weights are left out
     done = train_tiny(ende["out"], tmp_path / "stock", "transformer", "--max-update", 2, "--",
@@ -872,7 +875,7 @@ def test_every_option_changes_the_command_or_is_refused(fake_data, tmp_path, con
     (["-a", "transformer_csan2d"], "--arch"), (["-atransformer_csan2d"], "--arch"), (["--seed", "2"], "--seed"),
     (["--arc", "transformer"], None), (["--user-dir", "x"], "--user-dir"), (["--log-file", "notes.txt"], "--log-file"),
     (["--restore-file", "OTHER/checkpoint_1_8.pt"], "--restore-file"), (["--tensorboard-logdir", "tb"], "--tensorboard-logdir"),
-    (["--finetune-from-model", "m.pt"], "--finetune-from-model"), (["-s", "de"], "--source-lang")])
+    (["--continue-once", "OTHER/checkpoint_last.pt"], "--continue-once"), (["-s", "de"], "--source-lang")])
 def test_a_setting_the_kit_owns_is_refused_after_the_double_dash_under_any_spelling(words, owned, tmp_path):
     """The run's lock and record follow train.sh's --save-dir, --arch and --seed, and the kit
     keeps where a run logs and starts from: after --, each is resolved by fairseq's own parser

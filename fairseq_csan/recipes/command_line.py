@@ -69,6 +69,13 @@ class Parser(argparse.ArgumentParser):
         return self.parse_args(words), argv[cut + 1:]
 
 
+# the option of evaluate, export, translate, train and prepare files that takes a checkpoint or
+# model folder no record speaks for (records.check_made_from, export.check_sealed)
+UNCHECKED = ("--unchecked", "take a checkpoint or model folder that no record of the kit's speaks for (fairseq-train's "
+             "own, or a published model): what made it is not checked, only its dictionaries and languages; the "
+             "output says so")
+
+
 # ------------------------------------------------------------------------ the shared types
 
 def positive(text: str) -> int:

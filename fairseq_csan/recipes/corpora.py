@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .runner import Refusal, say
+from .runner import Refusal, atomic, say
 from .text import iter_lines
 
 WMT17 = "https://data.statmt.org/wmt17/translation-task"
@@ -318,11 +318,11 @@ def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
 
 
 def download(url: str, dest: Path):
-    """Fetch ``url`` to ``dest`` through a .part file, reporting progress to stderr."""
-    part = dest.with_name(dest.name + ".part")
+    """Fetch ``url`` to ``dest`` whole (a temporary of this process's, runner.atomic), reporting
+    progress to stderr."""
     say(f"downloading {url}")
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
+        with atomic(dest) as (part,), urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
             total = int(response.headers.get("Content-Length") or 0)
             done, shown = 0, 0
             while chunk := response.read(1 << 20):
@@ -332,11 +332,9 @@ def download(url: str, dest: Path):
                     shown = done
                     of = f" of {total >> 20} MiB" if total else ""
                     say(f"  {done >> 20} MiB{of}")
-    except Exception as error:  # urllib raises several kinds; all mean the same to the user
-        part.unlink(missing_ok=True)
+    except Exception as error:  # urllib raises several kinds; all mean the same to the user (nothing was kept)
         raise Refusal(f"download of {url} failed ({error}): download it yourself and put it at {dest}, then run "
                       "again") from error
-    part.rename(dest)
 
 
 def extract(archive: Path, into: Path):

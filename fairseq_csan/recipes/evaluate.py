@@ -20,10 +20,10 @@ from typing import Optional
 
 from . import decoding, score
 from .average_checkpoints import average, newest_checkpoints
-from .command_line import Parser, positive
+from .command_line import UNCHECKED, Parser, positive
 from .runner import (EVALUATION, RESULTS, RUN, Failed, Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps,
                      run_child, save_torch, say, shell_words)
-from .runner.records import UNCHECKED, forget_written, stamped_change
+from .runner.records import forget_written, stamped_change
 from .task import PreparedTask
 from .. import user_dir
 

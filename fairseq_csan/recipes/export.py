@@ -28,9 +28,8 @@ import shutil
 from pathlib import Path
 
 from . import decoding
-from .command_line import Parser
+from .command_line import UNCHECKED, Parser
 from .runner import EXPORT, Refusal, WriterLock, check_made_from, refuse_overlaps, replace_folder, save_torch, say
-from .runner.records import UNCHECKED
 from .runner.records import theirs
 from .task import PreparedTask
 

@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import List
 
 from .command_line import Parser, items, positive
-from .runner import Damaged, Failed, Kind, Refusal, WriterLock, listing, run_child, say, write_file
+from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, check_owned, forget_written, listing, run_child, say,
+                     write_file)
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
@@ -384,8 +385,9 @@ def report(args, steps: List[Step], results: list, machine: str) -> None:
     if ready:  # the same tables, as the docs lay them out
         write_file(args.out / "paste.md", ready + "\n")
         say(f"the tables as the docs lay them out, ready to paste: {args.out / 'paste.md'}")
-    elif (args.out / "paste.md").exists():  # an earlier run's, no longer what this one measured
-        (args.out / "paste.md").unlink()
+    elif (args.out / "paste.md").exists():  # an earlier run's, no longer what this one measured (never the user's)
+        check_owned([args.out / "paste.md"], None, None, "--out")
+        forget_written([args.out / "paste.md"])
     if any(outcome != "passed" for _, outcome, _, _ in results):
         raise Failed(f"a step failed: {', '.join(name for name, result, _, _ in results if result != 'passed')} (their "
                      f"logs are in {args.out})")

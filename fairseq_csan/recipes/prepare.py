@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import List
 
 from . import corpora, like, text
-from .command_line import Parser, at_least, language, positive
+from .command_line import UNCHECKED, Parser, at_least, language, positive
 from .runner import (Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps, run_child, say,
                      shell_words, write_file)
-from .runner.records import UNCHECKED, forget_written
+from .runner.records import forget_written
 from .task import TASK, PreparedTask
 
 OWNED = ("raw", "tok", "bpe", "data-bin", ".steps", "task.json", "tools.txt")  # what prepare writes in OUT

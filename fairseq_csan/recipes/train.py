@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from .after_dashes import check_after_dashes, flag_value, with_overrides
+from ..model_folder import sha256
 from .save_folder import check_same_run, claim, finished, repair_checkpoints
-from .command_line import Parser, positive, whole
+from .command_line import UNCHECKED, Parser, positive, whole
 from .runner import RUN, Failed, Kind, Progress, Refusal, run_child, say, shell_words
-from .runner.records import UNCHECKED
 from .task import TASK, PreparedTask
 from .. import user_dir
 from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
@@ -50,9 +51,9 @@ def parser() -> Parser:
     """train.sh's options, each declared once: its help, default and type."""
     p = Parser(prog="scripts/train.sh", unknown_hint=" (fairseq-train arguments go after --)",
                usage="scripts/train.sh --data DIR --arch ARCH --save-dir DIR [options] [-- FAIRSEQ-TRAIN ARGS]",
-               epilog="Arguments after -- go to fairseq-train unchanged and override the ones above, but for\n"
-                      "--save-dir, --arch, --seed and --user-dir, which the run's lock and record follow: give\n"
-                      "train.sh's own. A value that starts with '-' is given as --option=VALUE.")
+               epilog="Arguments after -- go to fairseq-train and override the ones above, read by its parser: what\n"
+                      "the run's lock and record follow (--arch, --seed, where it saves, logs and starts from) is\n"
+                      "refused there. A value that starts with '-' is given as --option=VALUE.")
     p.add_argument("--data", metavar="DIR", help="a folder made by examples/*/prepare.sh (its data-bin/ is used), or a "
                    "fairseq data-bin folder")
     p.add_argument("--arch", metavar="ARCH", help="any registered architecture: transformer, transformer_csan2d, "
@@ -84,8 +85,7 @@ def parser() -> Parser:
                    "decoder or none")
     p.add_argument("--max-tokens", type=positive, metavar="N", help="tokens per GPU per step (default: hparams.json's, "
                    "4096; with --cpu-tiny its cpu_tiny value, 1024)")
-    p.add_argument("--max-update", type=positive, metavar="N", help="training updates (default: 100000 base, 300000 "
-                   "big)")
+    p.add_argument("--max-update", type=positive, metavar="N", help="training updates (default: 100000 base, 300000 big)")
     p.add_argument("--seed", type=whole, metavar="N", default=1, help="random seed (default 1)")
     p.add_argument("--tensorboard", metavar="DIR", help="TensorBoard event files in DIR (fairseq's --tensorboard-logdir; "
                    "needs the logging extra, which scripts/install.sh installs)")
@@ -183,56 +183,6 @@ def read_data(data: str) -> Data:
 # ------------------------------------------------- options -> process layout -> fairseq arguments
 # Pure functions: the options (and, for the layout, how many GPUs this machine has) in, a
 # value or a Refusal naming the option out; build() reads the files and puts them together.
-
-# fairseq-train settings (their dest) that the kit sets from its own options, which the run's lock
-# and record follow, or that would write elsewhere or start from another run's checkpoint: refused
-# after -- under any spelling fairseq's parser reads as them (-a, --arc, --save-dir=, ...)
-OWNED_AFTER_DASHES = {  # dest -> what to do instead
-    "arch": "give train.sh --arch ARCH", "save_dir": "give train.sh --save-dir DIR", "seed": "give train.sh --seed N",
-    "data": "give train.sh --data DIR", "source_lang": "leave it out (the task folder's)",
-    "target_lang": "leave it out (the task folder's)", "user_dir": "leave it out (the kit gives the plugin's own)",
-    "log_file": "leave it out (the kit logs to SAVE/train.log)", "tensorboard_logdir": "give train.sh --tensorboard DIR",
-    "wandb_project": "give train.sh --wandb PROJECT",
-    "checkpoint_suffix": "leave it out (resume and evaluate read checkpoint_*.pt)",
-    "restore_file": "leave it out (a run resumes from its own --save-dir), or give train.sh --finetune-from FOLDER",
-    "finetune_from_model": "give train.sh --finetune-from FOLDER", "continue_once": "give train.sh --finetune-from FOLDER"}
-
-
-def check_after_dashes(command: List[str], o) -> None:
-    """The words after -- as fairseq-train reads them (``command``: its arguments, the task folder
-    first): each option resolved by fairseq's own parser, a setting of OWNED_AFTER_DASHES refused
-    under any spelling, a word fairseq-train does not take refused, and a run without end (fairseq
-    reads --max-update 0 with no --max-epoch as no limit) refused."""
-    import contextlib
-    import io
-
-    from .. import register
-
-    register()
-    from fairseq import options
-
-    parser = options.get_training_parser()
-    options.parse_args_and_arch(parser, [command[0], "--user-dir", str(PLUGIN), "--arch", o.arch], parse_known=True)
-    for word in (w for w in o.extra if w.startswith("-") and len(w) > 1 and not w[1].isdigit()):
-        flag = word.split("=", 1)[0]
-        actions = parser._option_string_actions  # fairseq's parser: its prefixes and short forms, as argparse reads them
-        prefix = parser.allow_abbrev and flag.startswith("--")  # (fairseq's own parser takes no abbreviations)
-        found = [actions[flag]] if flag in actions else [actions[flag[:2]]] if flag[:2] in actions and flag[1] != "-" \
-            else list({a.dest: a for s, a in actions.items() if prefix and s.startswith(flag)}.values())
-        if len(found) == 1 and found[0].dest in OWNED_AFTER_DASHES:
-            raise Refusal(f"{flag} after -- sets fairseq-train's {max(found[0].option_strings, key=len)}, which the kit "
-                          f"sets or keeps to itself (the run's lock and record follow it): "
-                          f"{OWNED_AFTER_DASHES[found[0].dest]}")
-    with contextlib.redirect_stderr(io.StringIO()) as said:
-        try:
-            args = options.parse_args_and_arch(options.get_training_parser(), command)
-        except SystemExit:
-            why = said.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1]
-            raise Refusal(f"fairseq-train does not take the words after --: {why}") from None
-    if not args.max_update and not args.max_epoch:
-        raise Refusal("--max-update 0 after --: fairseq-train reads 0 as no limit, and no --max-epoch is given, so it "
-                      "would train without end; give train.sh --max-update N (or --max-epoch N after --)")
-
 
 def check_options(o) -> None:
     """What the options alone must satisfy: the required ones, and those that exclude each other."""
@@ -436,21 +386,31 @@ def build(o) -> dict:
         visible = torch.cuda.device_count()
     layout = process_layout(o, papers, visible)
     cmd = fairseq_arguments(o, layout, data, hp)
-    if o.extra:
-        check_after_dashes(cmd[cmd.index(str(data.binary)):], o)
+    read = check_after_dashes(cmd[cmd.index(str(data.binary)):], o.arch, o.extra) if o.extra else None
     warnings = [] if o.tiny else batch_warning(layout, papers, o.max_tokens or hp["all_sizes"]["max_tokens"])
     check_arch(o.arch)
     # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
     suffix = f".node{o.node_rank}" if o.node_rank else ""
     save = Path(o.save)
-    start = o.start_from
     identity = RUN.typed(dict(arch=o.arch, data=str(data.binary), size=model_size(o), seed=o.seed,
                               share=share_mode(o, data), tiny=o.tiny,
-                              **({"finetuned_from": {"folder": str(Path(o.finetune).resolve()), "model.pt": start["sha256"]}}
-                                 if start else {})))
+                              **warm_start(o, read)))
     return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, identity=identity,
                 rank0=not o.node_rank, one_machine=layout.nodes == 1, log=save / f"train{suffix}.log",
                 part=f"node{o.node_rank}" if o.node_rank else None)
+
+
+def warm_start(o, read) -> dict:
+    """What the run record says a run starts from: --finetune-from's folder and model, or a
+    checkpoint given as --finetune-from-model after -- (``read``: fairseq's arguments), with its SHA-256."""
+    if o.start_from:
+        return {"finetuned_from": {"folder": str(Path(o.finetune).resolve()), "model.pt": o.start_from["sha256"]}}
+    warm = getattr(read, "finetune_from_model", None)
+    if not warm:
+        return {}
+    if not Path(warm).is_file():
+        raise Refusal(f"--finetune-from-model {warm} after --: no such file")
+    return {"finetuned_from": {"checkpoint": str(Path(warm).resolve()), "sha256": sha256(warm)}}
 
 
 def start_from(o, data: Data) -> dict:
@@ -462,6 +422,9 @@ def start_from(o, data: Data) -> dict:
 
     if o.size:
         raise Refusal(f"--size sets a model's dimensions; --finetune-from {o.finetune} takes them from its model")
+    if any(w.split("=", 1)[0] == "--finetune-from-model" for w in o.extra):
+        raise Refusal(f"--finetune-from-model after -- starts from another checkpoint than --finetune-from {o.finetune}: "
+                      "give one of them")
     try:
         start = folder_model(Path(o.finetune), o.unchecked)
     except Refusal as e:
@@ -474,23 +437,6 @@ def start_from(o, data: Data) -> dict:
     if found:
         raise Refusal(f"{found[0]} after --: the model's shape comes from --finetune-from {o.finetune}; leave it out")
     return start
-
-
-def with_overrides(command: List[str], extra: List[str]) -> List[str]:
-    """``command + extra`` with each flag given once, as it takes effect: fairseq takes a flag's
-    last value, so a flag of ``extra`` (the fairseq flags after ``--``) replaces its earlier
-    occurrence in ``command``, values and all, and the printed command says what runs."""
-    def flag(word):
-        return word.split("=", 1)[0] if word.startswith("--") else None
-
-    given = {flag(w) for w in extra if flag(w)}
-    kept, dropping = [], False
-    for word in command:
-        if flag(word):
-            dropping = flag(word) in given
-        if not dropping:
-            kept.append(word)
-    return kept + list(extra)
 
 
 def check_tools(opts, plan: dict) -> None:
@@ -521,18 +467,6 @@ def can_import(module: str) -> bool:
 # "num_updates 250" or "num_updates": "250"; and their epoch ("epoch 003:", "epoch 003 |", "epoch": 3)
 UPDATES = re.compile(rb"\| train(?:_inner)? \| .*?\bnum_updates\W+(\d+)")
 EPOCH = re.compile(rb"\bepoch\W+(\d+)")
-
-
-def flag_value(command: List[str], flag: str) -> Optional[str]:
-    """The value of ``flag`` in ``command`` as it takes effect (its last occurrence, as
-    ``FLAG VALUE`` or ``FLAG=VALUE``), or None."""
-    value = None
-    for i, word in enumerate(command):
-        if word == flag and i + 1 < len(command):
-            value = command[i + 1]
-        elif word.startswith(flag + "="):
-            value = word[len(flag) + 1:]
-    return value
 
 
 def progress_of(cmd: List[str]) -> Progress:

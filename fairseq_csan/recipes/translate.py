@@ -42,9 +42,8 @@ import time
 from pathlib import Path
 
 from . import decoding
-from .command_line import Parser, positive
+from .command_line import UNCHECKED, Parser, positive
 from .runner import EXPORT, Refusal, WriterLock, check_owned, check_writable, say, write_file
-from .runner.records import UNCHECKED
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 

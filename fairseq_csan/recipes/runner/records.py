@@ -284,11 +284,6 @@ def changed_since(then: Dict[str, str], now: Dict[str, str]) -> Optional[str]:
     return None
 
 
-UNCHECKED = ("--unchecked", "take a checkpoint or model folder that no record of the kit's speaks for (fairseq-train's "
-             "own, or a published model): what made it is not checked, only its dictionaries and languages; the "
-             "output says so")
-
-
 def check_made_from(checkpoint, binary, task_name, unchecked: bool = False) -> Dict[str, str]:
     """Refuse (one line naming both) a checkpoint whose record (its save folder's run.json, the
     evaluation.json of an averaged.pt, or a model folder's export.json) says it was made from other
@@ -304,8 +299,8 @@ def check_made_from(checkpoint, binary, task_name, unchecked: bool = False) -> D
             return now
         if not then and not (kind is EVALUATION and unchecked):
             raise Damaged(f"{checkpoint}: {kind.path(folder)} does not say which data it was made from (an earlier "
-                          f"version of the kit, or an evaluation of a checkpoint taken {UNCHECKED[0]}): train (or "
-                          f"evaluate) it again, or pass {UNCHECKED[0]} to take it as it is")
+                          f"version of the kit, or an evaluation of a checkpoint taken --unchecked): train (or "
+                          f"evaluate) it again, or pass --unchecked to take it as it is")
         changed = then and changed_since(then, now)
         if changed:
             raise Refusal(f"{checkpoint} was made from other data than {task_name} holds now: {changed}, as "
@@ -316,8 +311,8 @@ def check_made_from(checkpoint, binary, task_name, unchecked: bool = False) -> D
     if not unchecked:
         raise Refusal(f"{checkpoint}: no record of what made it ({folder} has no {RUN.file}, {EVALUATION.file} or "
                       f"{EXPORT.file}): give it in the folder that train or evaluate wrote it in, or pass "
-                      f"{UNCHECKED[0]} to take it as it is")
-    say(f"{UNCHECKED[0]}: {checkpoint} has no record of what made it; nothing of its lineage was checked, only its "
+                      f"--unchecked to take it as it is")
+    say(f"--unchecked: {checkpoint} has no record of what made it; nothing of its lineage was checked, only its "
         f"dictionaries and languages against {task_name}")
     return now
 
