@@ -265,3 +265,19 @@ def test_a_test_set_inside_the_training_set_is_said_and_recorded(tmp_path):
     again = run([*PREPARE, "files", "--src", "en", "--tgt", "fr", "--train", raw / "train", "--valid", raw / "valid",
                  "--test", raw / "train", "--out", tmp_path / "out", "--merges", 50, "--workers", 1])
     assert "up to date; skipped" in again.stderr and "lies inside the training set" in again.stderr  # said again
+
+
+def test_a_split_mostly_unknown_to_its_dictionary_is_warned_of(tmp_path):
+    """fairseq-preprocess's count of tokens replaced by <unk> over 5% (raw text given as
+    --pretokenized, a corpus cut --like a folder of other text) is a warning naming the file."""
+    from fairseq_csan.recipes.prepare import unknown_tokens
+    from fairseq_csan.recipes.task import PreparedTask
+
+    task = PreparedTask(tmp_path, {"src": "en", "tgt": "de"})
+    assert unknown_tokens(task) == []  # no log: nothing to say
+    write(tmp_path / "data-bin/preprocess.log", [
+        "[en] Dictionary: 144 types", "[en] out/bpe/train.en: 200 sents, 4467 tokens, 0.0% replaced (by <unk>)",
+        "[de] out/bpe/valid.de: 10 sents, 210 tokens, 4.9% replaced (by <unk>)",
+        "[de] out/bpe/test.de: 10 sents, 237 tokens, 36.3% replaced (by <unk>)"])
+    (warning,) = unknown_tokens(task)
+    assert warning.startswith("36.3% of the tokens of out/bpe/test.de are <unk>")

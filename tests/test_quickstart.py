@@ -506,7 +506,8 @@ def test_interactive_and_hub_interface_agree(toy_run):
 @pytest.mark.slow
 def test_quickstart_force_redoes_only_what_the_kit_wrote(toy_run):
     """FORCE=1 once ran rm -rf on WORK/checkpoints/ARCH: a file of the user's there is now named
-    and refused by train.sh --force, and kept with the run's checkpoints; without it, FORCE=1
+    and refused before the first step redoes anything (what train.sh --force would refuse), and
+    kept with the run's checkpoints; without it, FORCE=1
     trains the run again from nothing. (Last in the file: it trains the toy run again.)"""
     work, _ = toy_run
     checkpoints = work / "checkpoints" / "transformer_csan2d"
@@ -520,9 +521,12 @@ def test_quickstart_force_redoes_only_what_the_kit_wrote(toy_run):
     written = {p.name: p.stat().st_mtime_ns for p in checkpoints.glob("*.pt")}
     full_env = {**os.environ, "WORK": str(work), "MAX_TOKENS": "2048", "DIM": "32", "MAX_UPDATE": "20",
                 "TOY_ARGS": "--train 1500 --valid 40 --test 30", "FORCE": "1"}
+    data = {p: p.stat().st_mtime_ns for p in (work / "data").rglob("*") if p.is_file()}
     done = subprocess.run(["bash", str(QUICKSTART)], env=full_env, capture_output=True, text=True, timeout=900)
-    assert done.returncode != 0 and "holds what a training did not write (my_notes.txt)" in done.stderr, \
-        done.stderr[-3000:]
+    assert done.returncode == 2 and "FORCE=1 would stop at a later step: " in done.stderr and \
+        "holds what a training did not write (my_notes.txt)" in done.stderr, done.stderr[-3000:]
+    assert "1/5" not in done.stdout  # refused before the first step redid anything
+    assert {p: p.stat().st_mtime_ns for p in (work / "data").rglob("*") if p.is_file()} == data
     assert (checkpoints / "my_notes.txt").read_text() == "mine\n"
     assert {p.name: p.stat().st_mtime_ns for p in checkpoints.glob("*.pt")} == written
     (checkpoints / "my_notes.txt").unlink()

@@ -445,7 +445,8 @@ def test_sigint_stops_the_trainer_when_the_caller_ignored_it(data_bin, tmp_path)
     # a non-interactive shell's background job starts with SIGINT ignored
     script.write_text(" ".join(f"'{w}'" for w in tiny(data_bin, save, 100000)) + " 2> " + str(tmp_path / "err") +
                       " & echo $! > " + str(tmp_path / "pid") + "; wait $!; echo $? > " + str(tmp_path / "rc") + "\n")
-    shell = subprocess.Popen(["bash", str(script)], cwd=REPO, env=environment(), stdout=subprocess.DEVNULL)
+    shown = open(tmp_path / "out", "wb")
+    shell = subprocess.Popen(["bash", str(script)], cwd=REPO, env=environment(), stdout=shown)
     try:
         wait_for(lambda: (save / "train.log").is_file() and "num_updates=2," in (save / "train.log").read_text(),
                  240, "the first updates")
@@ -458,8 +459,10 @@ def test_sigint_stops_the_trainer_when_the_caller_ignored_it(data_bin, tmp_path)
         assert not alive(trainer)
         err = (tmp_path / "err").read_text()
         assert f"SIGINT: passed on to the trainer (pid {trainer}); waiting for it to stop" in err
-        assert f"the trainer (pid {trainer}) stopped after SIGINT" in err
+        assert f"the trainer (pid {trainer}) stopped after SIGINT (its last lines: {save / 'train.log'})" in err
         assert "num_updates=100000" not in (save / "train.log").read_text()
+        # what the trainer says as it stops (a KeyboardInterrupt traceback) stays in its log, off the screen
+        assert "num_updates=2," in (tmp_path / "out").read_text() and "Traceback" not in (tmp_path / "out").read_text()
     finally:
         if shell.poll() is None:
             shell.kill()

@@ -201,7 +201,7 @@ def claim(args, chosen: dict) -> None:
     EVALUATION.write(out, identity)
     # results.json is written last (step 3): while it is there, this evaluation finished, and a
     # command that keeps finished evaluations (the Multi30k reproduction) never keeps one cut short
-    forget_written([RESULTS.path(out)])
+    forget_written([RESULTS.path(out), out / "results.md"])  # (an evaluation that fails leaves no scores of an earlier one)
 
 
 def decode(command, gen: Path, log: Path, total: int, every: int, threads=None) -> None:

@@ -462,6 +462,17 @@ def binarise(p: dict, task: PreparedTask, bpe_files: List[Path]) -> None:
          "6/6 binarise with fairseq-preprocess", "6/6 binarise", joined=task.joint and not like_info, src=src, tgt=tgt)
 
 
+def unknown_tokens(task: PreparedTask, limit: float = 5.0) -> List[str]:
+    """A warning for each split whose binarised tokens are over ``limit`` % ``<unk>``, as
+    fairseq-preprocess's log counts them: text the dictionary does not fit (raw text given as
+    --pretokenized, or a corpus cut --like a folder of another kind of text)."""
+    log = task.data_bin / "preprocess.log"
+    found = re.findall(r"\] (\S+): \d+ sents, \d+ tokens, ([\d.]+)% replaced", log.read_text(encoding="utf-8",
+                       errors="replace")) if log.is_file() else []
+    return [f"{rate}% of the tokens of {name} are <unk> (not in the dictionary): the model will not see them; check the "
+            "text is what --pretokenized or --like expects" for name, rate in found if float(rate) > limit]
+
+
 def run(p: dict) -> None:
     started, out = time.time(), p["out"]
     task = p["task"] if p["args"].dry_run else begin(p)
@@ -471,6 +482,8 @@ def run(p: dict) -> None:
     if p["args"].dry_run:
         say(f"--dry-run: the steps above were listed; nothing was written in {out}")
         return
+    for warning in unknown_tokens(task):
+        say(f"warning: {warning}")
     count = sum(1 for _ in open(task.root / "tok" / f"train.clean.{task.src}", "rb"))
     say(f"done in {time.time() - started:.0f}s: {count} training pairs")
     say(f"binarised data: {task.data_bin}; train with scripts/train.sh --data {out} --arch ARCH --save-dir DIR")

@@ -326,6 +326,8 @@ def run(plan: dict) -> None:
     os.environ["PYTHONUNBUFFERED"] = "1"  # the steps' progress lines as they come
     say(f"work folder: {work} (architecture {arch}, {plan['max_update']} updates, on the {plan['device']})", stream=sys.stdout)
     data, ckpt, results = f"{work}/data", f"{work}/checkpoints/{arch}", f"{work}/results/{arch}"
+    if plan["force"]:
+        check_forced(plan, ckpt, results)
     say("1/5 corpus", stream=sys.stdout)
     prepare = preparation(plan)
     bpe = f"joint BPE for {plan['src']} and {plan['tgt']}" if plan["joint"] else f"BPE for {plan['src']} and for {plan['tgt']} apart"
@@ -351,6 +353,22 @@ def run(plan: dict) -> None:
         say(f"{s.shown('dry_run')}: the commands above were listed, not run", stream=sys.stdout)
     else:
         report(plan, data, results)
+
+
+def check_forced(plan: dict, ckpt: str, results: str) -> None:
+    """With --force, before step 1 writes anything: what a later step would refuse to replace (a
+    file of the user's in the save folder, the evaluation's folder or the model folder)."""
+    from .evaluate import OUTPUTS
+    from .export import MAKERS
+    from .runner import EVALUATION, check_owned
+    from .save_folder import removable
+
+    try:
+        removable(Path(ckpt))
+        check_owned([Path(results) / name for name in (*OUTPUTS, EVALUATION.file)], "evaluate", None, "--out", redo=True)
+        check_owned([Path(plan["model"])] if Path(plan["model"]).is_dir() else [], MAKERS, None, "the model folder")
+    except Refusal as error:
+        raise Refusal(f"{plan['s'].shown('force', '1')} would stop at a later step: {error}") from None
 
 
 def report(plan: dict, data: str, results: str) -> None:

@@ -187,11 +187,20 @@ TRAINING_WRITES = re.compile(r"checkpoint[\w.-]*\.pt|train(\.node\d+)?\.log|run\
 def start_over(save: Path) -> None:
     """--force: remove what a training of the kit wrote into ``save`` (TRAINING_WRITES) but the
     lock files; a folder with any other file, or without the kit's run record, is
-    refused before anything is removed."""
+    refused before anything is removed (:func:`removable`)."""
+    files = removable(save)
+    for path in files:
+        path.unlink()
+    if files:
+        say(f"--force: removed {len(files)} file(s) of the earlier run in {save} (checkpoints, log, record)")
+
+
+def removable(save: Path) -> List[Path]:
+    """What --force removes from ``save``, or the refusal it meets (the quick start asks before its first step)."""
     # (the lock files stay: another machine of a multi-node run may hold its own)
-    files = [p for p in save.iterdir() if not WriterLock.is_lock(p)]
+    files = [p for p in save.iterdir() if not WriterLock.is_lock(p)] if save.is_dir() else []
     if not files:
-        return
+        return []
     theirs = [p for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
     if theirs:
         shown = ", ".join(p.name for p in sorted(theirs)[:5]) + (" ..." if len(theirs) > 5 else "")
@@ -201,9 +210,7 @@ def start_over(save: Path) -> None:
         shown = ", ".join(p.name for p in sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
         raise Refusal(f"--force would start {save} again, but it holds no run record of the kit's (run.json), so its "
                       f"files ({shown}) are not a training's of this kit: give another --save-dir (nothing was removed)")
-    for path in files:
-        path.unlink()
-    say(f"--force: removed {len(files)} file(s) of the earlier run in {save} (checkpoints, log, record)")
+    return files
 
 
 def claim(plan: dict) -> WriterLock:

@@ -247,7 +247,7 @@ def _ended(child, name: str, signals: _Signals, written: Optional[Path], start: 
     status as ``code``, where it failed."""
     if signals.received or _STOPPING.is_set():
         why = signal.Signals(signals.received[0]).name if signals.received else "a failure beside it"
-        say(f"{name} (pid {child.pid}) stopped after {why}")
+        say(f"{name} (pid {child.pid}) stopped after {why}" + (f" (its last lines: {written})" if written else ""))
         raise KeyboardInterrupt
     if child.returncode != 0:
         said = f": {_last_line(written, start)} (its log: {written})" if written else " (its errors are above)"
@@ -287,8 +287,8 @@ def _follow(child, log, start: int, show, progress: Optional[Progress], signals:
                 rest = lines.pop()
                 if ended and rest:
                     lines.append(rest)
-                for line in lines:
-                    if show is True or (show is not None and show.search(line)):
+                for line in lines:  # (once stopped, what it says as it stops, a traceback, stays in its log)
+                    if not signals.received and (show is True or (show is not None and show.search(line))):
                         sys.stdout.buffer.write(line + b"\n")
                         sys.stdout.flush()
                     if progress is not None and progress.stream == "out":
