@@ -1065,3 +1065,62 @@ def test_every_command_refuses_to_touch_a_users_file_in_what_it_writes_force_or_
             after = {**snapshot(tree), **snapshot(transformer_folder["model"]), **snapshot(tmp_path)}
             changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
             assert not changed, (module, force, changed)
+
+
+@pytest.mark.slow
+def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tree, tmp_path):
+    """The user's tree copied (as cp -a would): each record that evaluate, export and translate
+    read, removed, cut short or edited by hand, is a refusal in one line (exit 2) with no result
+    written, never a result with exit 0; the copy run again with --force acts on itself alone (the
+    original byte for byte as it was); a file of the user's at a name of the kit's temporaries and
+    backups (another process's token) is kept."""
+    before = snapshot(tree)
+    copy = tmp_path / "copy"
+    shutil.copytree(tree, copy, symlinks=True)
+    task, ck, ev, model = (copy / name for name in ("task", "ck", "ev", "model"))
+    write(tmp_path / "mine.en", ["a small cat ."])
+    outputs = {"evaluate": tmp_path / "ev2" / "results.json", "export": tmp_path / "model2", "translate": tmp_path / "mine.de"}
+    commands = {
+        "evaluate": ["--data", task, "--checkpoints", ck, "--out", tmp_path / "ev2", "--last", 2, "--cpu"],
+        "export": ["--data", task, "--checkpoint", ev / "averaged.pt", "--out", outputs["export"]],
+        "translate": ["--model", model, "--input", tmp_path / "mine.en", "--output", outputs["translate"], "--cpu"]}
+
+    def edited(data: bytes, name: str) -> bytes:
+        values = json.loads(data)
+        if name == "export.json":  # a file's hash as the seal lists it
+            values["files"]["bpecodes"] = "0" * 64
+        else:
+            values.update({"task.json": {"src": "de", "tgt": "en"}, "run.json": {"seed": 2},
+                           "evaluation.json": {"beam": 12}}[name])
+        return json.dumps(values, indent=1).encode()
+
+    for command, record in (("evaluate", task / "task.json"), ("evaluate", ck / "run.json"),
+                            ("export", ev / "evaluation.json"), ("export", task / "task.json"),
+                            ("translate", model / "export.json")):
+        kept = record.read_bytes()
+        for damage in ("removed", "cut short", "edited by hand"):
+            if damage == "removed":
+                record.unlink()
+            else:
+                record.write_bytes(kept[:len(kept) // 2] if damage == "cut short" else edited(kept, record.name))
+            done = recipe_main(command, *commands[command])
+            assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (command, record, damage,
+                                                                                           done.stderr)
+            assert not outputs[command].exists(), (command, record, damage)
+            record.write_bytes(kept)
+    # --unchecked takes a checkpoint with no record on purpose, and says so
+    (ck / "run.json").rename(tmp_path / "run.json")
+    done = recipe_main("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", outputs["export"],
+                       "--unchecked")
+    assert done.returncode == 0 and "--unchecked: " in done.stderr and "nothing of its lineage was checked" in done.stderr
+    assert EXPORT.read(outputs["export"])["unchecked"] is True and EXPORT.read(outputs["export"])["made_from"] is None
+    (tmp_path / "run.json").rename(ck / "run.json")
+    # the copy redone with --force, beside files of the user's named as the kit's temporaries and backups
+    theirs = [ev / ".generate.txt.1-abcdef.tmp", copy / ".model.1-abcdef.old" / "notes.txt"]
+    for path in theirs:
+        write(path, ["mine"])
+    for command, argv in (("evaluate", ["--data", task, "--checkpoints", ck, "--out", ev, "--last", 2, "--cpu"]),
+                          ("export", ["--data", task, "--checkpoint", ev / "averaged.pt", "--out", model])):
+        assert recipe_main(command, *argv, "--force").returncode == 0
+    assert all(lines(path) == ["mine"] for path in theirs)
+    assert snapshot(tree) == before

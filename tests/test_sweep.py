@@ -35,13 +35,16 @@ def test_sweep_checks_its_inputs_before_making_run_folders(tmp_path):
 
 def test_a_repeated_point_and_a_help_for_training_are_refused(tmp_path):
     """A window listed twice would be one run trained twice; train.sh's --help after -- is not an
-    option of the runs (it used to pass the check and print nothing)."""
+    option of the runs (it used to pass the check and print nothing); nor is a setting train.sh
+    keeps, under any spelling (its --dry-run check reads the words after -- as fairseq does)."""
     from recipe_helpers import fake_task
 
     data = fake_task(tmp_path)
     for extra, message in ((["--windows", "3 5 3"], "--windows: lists 3 more than once"),
                            (["--heads", "1 1"], "--heads: lists 1 more than once"),
-                           (["--", "--help"], "-h/--help is not a training option")):
+                           (["--", "--help"], "-h/--help is not a training option"),
+                           # a setting the runs' records follow, under fairseq's short form, after train.sh's --
+                           (["--", "--cpu-tiny", "--", "-a", "transformer"], "-a after -- sets fairseq-train's --arch")):
         done = run(["bash", "scripts/sweep.sh", "--data", data, "--out", tmp_path / "sweep", "--dry-run", *extra],
                    check=False)
         assert done.returncode == 2 and message in done.stderr, done.stderr
