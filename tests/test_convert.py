@@ -237,10 +237,13 @@ def test_the_multi30k_example_converts_fine_tunes_and_scores_then_export_and_tra
     bare.mkdir()
     for name in ("model.pt", "dict.en.txt", "dict.de.txt"):
         shutil.copyfile(source["folder"] / name, bare / name)
-    assert "has no BPE codes" in refusal_of(prepare.main, ["files", *files, "--out", task, "--like", bare], capsys)
+    assert "has no export.json" in refusal_of(prepare.main, ["files", *files, "--out", task, "--like", bare], capsys)
+    # taken on purpose (--unchecked): its own refusals
+    assert "has no BPE codes" in refusal_of(prepare.main, ["files", *files, "--out", task, "--like", bare, "--unchecked"],
+                                            capsys)
     (bare / "sentencepiece.bpe.model").write_bytes(b"a sentencepiece model")  # mBART's and M2M-100's kind
     assert "splits with a sentencepiece model" in refusal_of(
-        prepare.main, ["files", *files, "--out", task, "--like", bare], capsys)
+        prepare.main, ["files", *files, "--out", task, "--like", bare, "--unchecked"], capsys)
     assert "translates en-de; this corpus is de-en" in refusal_of(
         prepare.main, ["files", "--src", "de", "--tgt", "en", *files[4:], "--out", task, "--like", source["folder"]], capsys)
     assert not task.exists()

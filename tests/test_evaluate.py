@@ -49,6 +49,24 @@ def test_ende_evaluate_with_bootstrap_and_table(ende, tmp_path):
     assert json.loads((work / "ev_base/evaluation.json").read_text())["beam"] == 1
 
 
+def prepared_again(ende, out, edits):
+    """The En-De task copied to ``out`` and prepared again (prepare.sh, its steps of the unchanged
+    files skipped) from a copy of its raw folder whose newstest2014 SGM rows are edited:
+    ``edits`` maps "src" and "ref" to a function of the file's rows."""
+    import shutil
+
+    from recipe_helpers import prepare_task
+
+    raw = out.with_name(out.name + "_raw")
+    shutil.copytree(ende["out"], out)
+    shutil.copytree(ende["raw"], raw)
+    for side, edit in edits.items():
+        sgm = raw / f"test-full/newstest2014-deen-{side}.{'en' if side == 'src' else 'de'}.sgm"
+        write(sgm, edit(lines(sgm)))
+    prepare_task("wmt14_en_de", raw, out)
+    return out
+
+
 @pytest.mark.slow
 def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
     """A rerun into the same --out never scores old translations: another prepared test set,
@@ -60,27 +78,27 @@ def test_ende_evaluate_redoes_what_was_made_from_changed_inputs(ende, tmp_path):
     checkpoint = tmp_path / "model.pt"
     shutil.copy2(work / "ck_base/checkpoint_last.pt", checkpoint)
     ev = tmp_path / "ev"
-    first = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoint", checkpoint, "--out", ev, "--cpu"])
+    # (a copy out of its run's folder: taken --unchecked)
+    first = run(["bash", "scripts/evaluate.sh", "--data", out, "--checkpoint", checkpoint, "--out", ev, "--cpu",
+                 "--unchecked"])
     assert len(lines(ev / "hyp.tok")) == N_TEST
-    # another prepared folder whose test set is the first one's valid set (N_DEV sentences)
-    other = tmp_path / "other"
-    shutil.copytree(out, other)
-    for folder in ("raw", "tok", "bpe"):
-        for lang in ("en", "de"):
-            shutil.copy(out / folder / f"valid.{lang}", other / folder / f"test.{lang}")
-    for suffix in ("bin", "idx"):
-        for lang in ("en", "de"):
-            shutil.copy(out / f"data-bin/valid.en-de.{lang}.{suffix}", other / f"data-bin/test.en-de.{lang}.{suffix}")
+    # the task prepared again into another folder, its test set without its last two sentences of each document
+    def shorter(rows):
+        return [row for row in rows if not re.match(r'<seg id="(\d+)">', row) or
+                int(re.match(r'<seg id="(\d+)">', row).group(1)) <= N_TEST // 2 - 2]
+
+    other = prepared_again(ende, tmp_path / "other", {"src": shorter, "ref": shorter})
     # after the door's first run, its main in this process
-    again = recipe_main("evaluate", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu", check=True)
+    again = recipe_main("evaluate", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu", "--unchecked",
+                        check=True)
     assert "2/3 decoding test" in again.stderr and "redone: its inputs are other files than last time" in again.stderr
-    assert lines(ev / "hyp.tok") != [] and len(lines(ev / "hyp.tok")) == len(lines(other / "tok/test.de"))
-    assert lines(other / "tok/test.de") == lines(out / "tok/valid.de")
+    assert lines(ev / "hyp.tok") != [] and len(lines(ev / "hyp.tok")) == len(lines(other / "tok/test.de")) == N_TEST - 4
     # the checkpoint replaced by another one, its times kept
     st = checkpoint.stat()
     shutil.copyfile(work / "ck_csan/checkpoint_last.pt", checkpoint)
     os.utime(checkpoint, ns=(st.st_atime_ns, st.st_mtime_ns))
-    third = recipe_main("evaluate", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu", check=True)
+    third = recipe_main("evaluate", "--data", other, "--checkpoint", checkpoint, "--out", ev, "--cpu", "--unchecked",
+                        check=True)
     assert f"input {checkpoint} changed since the last run" in third.stderr
     assert first.returncode == again.returncode == third.returncode == 0
 
@@ -100,13 +118,11 @@ def test_ende_missing_reference_is_found_before_any_work(ende, tmp_path):
 
 @pytest.mark.slow
 def test_ende_test_lines_longer_than_the_model_are_named_before_decoding(ende, tmp_path):
-    import shutil
+    def long_third(rows):  # the tiny models keep fairseq's 1024 source positions
+        third = rows.index(next(row for row in rows if row.startswith('<seg id="3">')))
+        return rows[:third] + [f'<seg id="3">{" ".join(["x"] * 1100)}</seg>'] + rows[third + 1:]
 
-    other = tmp_path / "task"
-    shutil.copytree(ende["out"], other)
-    rows = lines(other / "bpe/test.en")
-    rows[2] = " ".join(["x"] * 1100)  # the tiny models keep fairseq's 1024 source positions
-    write(other / "bpe/test.en", rows)
+    other = prepared_again(ende, tmp_path / "task", {"src": long_third})
     done = run(["bash", "scripts/evaluate.sh", "--data", other, "--checkpoints", ende["work"] / "ck_base",
                 "--out", tmp_path / "ev", "--cpu"], check=False)
     assert done.returncode == 2

@@ -207,10 +207,11 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     # the Multi30k step took 10 minutes the last time it passed here (a record whose outputs are
     # gone: it runs again, expected to take that long), so a 5-minute budget stops before it
     # however fast this machine runs the steps before it
-    (out / ".steps").mkdir(parents=True)
-    (out / ".steps" / "multi30k-seed1.json").write_text(json.dumps(
-        {"command": "an earlier one", "machine": "this one", "status": "passed", "seconds": 600.0,
-         "finished": "2026-01-01 00:00", "outputs": [str(out / "gone.md")]}))
+    from fairseq_csan.recipes.gpu_check import STEP_RECORD
+
+    STEP_RECORD.write(out / ".steps", {"command": "an earlier one", "machine": "this one", "status": "passed",
+                                       "seconds": 600.0, "finished": "2026-01-01 00:00", "outputs": [str(out / "gone.md")]},
+                      "multi30k-seed1.json")  # as the kit writes a step's record
     first = gpu_check(*common, "--out", out, "--budget-minutes", "5", timeout=600)
     assert first.returncode == 3, first.stderr[-2000:]
     assert "1/5 tests: expected about 30 s (an estimate)" in first.stderr
@@ -233,8 +234,8 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     assert json.loads((out / ".steps" / "multi30k-seed1.json").read_text())["command"] == "an earlier one"
     # a record cut short by a kill, one made on another machine, a table since deleted: each step runs again
     (out / ".steps" / "tests.json").write_text('{"command": "python -m pyt')
-    other = json.loads((out / ".steps" / "benchmark-train-fp32.json").read_text())
-    (out / ".steps" / "benchmark-train-fp32.json").write_text(json.dumps({**other, "machine": "1 GPU(s): another"}))
+    other = STEP_RECORD.read(out / ".steps", "benchmark-train-fp32.json")
+    STEP_RECORD.write(out / ".steps", {**other, "machine": "1 GPU(s): another"}, "benchmark-train-fp32.json")
     (out / "benchmark_decode_fp32.md").unlink()
     last = gpu_check(*common, "--out", out, timeout=1200)
     assert last.returncode == 0, last.stderr[-3000:]

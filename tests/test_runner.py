@@ -355,7 +355,8 @@ def test_evaluate_labels_results_from_the_checkpoint_evaluated(ende, tree, tmp_p
     run's log (its speed and parameters) is not taken as its own."""
     base = tmp_path / "base_run"
     base.mkdir()
-    shutil.copy(ende["work"] / "ck_base/run.json", base / "run.json")
+    for record in ("run.json", ".written.json"):  # the run's record, as that run's folder holds it
+        shutil.copy(ende["work"] / "ck_base" / record, base / record)
     shutil.copy(ende["work"] / "ck_base/train.log", base / "train.log")
     shutil.copy(tree / "ck/checkpoint_last.pt", base / "stray.pt")
     ev = tmp_path / "ev"

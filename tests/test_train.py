@@ -313,7 +313,7 @@ def test_a_run_killed_while_fairseq_copied_checkpoint_last_resumes_and_ends_as_i
     # the interrupted run: killed while fairseq copied checkpoint_1_4.pt over checkpoint_last.pt
     cut_run = tmp_path / "cut"
     cut_run.mkdir()
-    for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt", "run.json"):
+    for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt", "run.json", ".written.json"):
         (cut_run / name).write_bytes((whole / name).read_bytes())
     (cut_run / "checkpoint_last.pt").write_bytes((whole / "checkpoint_1_4.pt").read_bytes()[:100_000])
     done = run(tiny(data_bin, cut_run, 6))
@@ -462,7 +462,7 @@ def test_sigint_stops_the_trainer_when_the_caller_ignored_it(data_bin, tmp_path)
         assert f"the trainer (pid {trainer}) stopped after SIGINT (its last lines: {save / 'train.log'})" in err
         assert "num_updates=100000" not in (save / "train.log").read_text()
         # what the trainer says as it stops (a KeyboardInterrupt traceback) stays in its log, off the screen
-        assert "num_updates=2," in (tmp_path / "out").read_text() and "Traceback" not in (tmp_path / "out").read_text()
+        assert "fairseq_cli.train" in (tmp_path / "out").read_text() and "Traceback" not in (tmp_path / "out").read_text()
     finally:
         if shell.poll() is None:
             shell.kill()

@@ -121,7 +121,8 @@ def test_too_long_lines_are_translated_in_pieces(tiny, tmp_path):
     from fairseq_csan.recipes.translate import load, translate_lines
 
     task, checkpoint = tiny
-    hub = load(argparse.Namespace(model=None, data=task, checkpoint=checkpoint, batch_size=1, cpu=True, fp16=False))
+    hub = load(argparse.Namespace(model=None, data=task, checkpoint=checkpoint, batch_size=1, cpu=True, fp16=False,
+                                   unchecked=False))
     short, long = "A man in red.", "A man in red. Two dogs play. " * 4 + "A girl runs."
     subwords = hub.apply_bpe(hub.tokenize(long)).split()
     limit = 12
