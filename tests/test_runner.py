@@ -1109,6 +1109,12 @@ def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tre
                                                                                            done.stderr)
             assert not outputs[command].exists(), (command, record, damage)
             record.write_bytes(kept)
+    # a task record the kit itself rewrote with the languages swapped: the checkpoint's own languages are not its
+    swapped = tmp_path / "swapped"
+    shutil.copytree(task, swapped)
+    TASK.write(swapped, {**TASK.read(swapped), "src": "de", "tgt": "en"})
+    done = recipe_main("export", "--data", swapped, "--checkpoint", ev / "averaged.pt", "--out", outputs["export"])
+    assert done.returncode == 2 and "averaged.pt translates en-de, not de-en as the task does" in done.stderr, done.stderr
     # --unchecked takes a checkpoint with no record on purpose, and says so
     (ck / "run.json").rename(tmp_path / "run.json")
     done = recipe_main("export", "--data", task, "--checkpoint", ck / "checkpoint_last.pt", "--out", outputs["export"],

@@ -54,17 +54,32 @@ def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int
             **decoding.generation_overrides(), "batch_size": batch_size, "max_tokens": None}
 
 
+LANGUAGES = ("source_lang", "target_lang")
+
+
 def load_state(checkpoint: Path, overrides: dict) -> dict:
+    """fairseq's loading of ``checkpoint`` with ``overrides`` (by name, in every group of its cfg).
+    Languages among them that the checkpoint names otherwise (its own task cfg) are refused: it was
+    trained on another pair than the task's."""
     from .. import register
 
     register()  # our architectures, the tokenizer, the loading fixes
     from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import overwrite_args_by_name
 
     try:
-        return checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides=overrides)
+        state = checkpoint_utils.load_checkpoint_to_cpu(
+            str(checkpoint), arg_overrides={k: v for k, v in overrides.items() if k not in LANGUAGES})
     except Exception as error:  # a damaged or foreign file: say which
         raise Refusal(f"cannot read the checkpoint {checkpoint} (damaged or not a fairseq checkpoint: "
                       f"{(str(error).strip().splitlines() or [type(error).__name__])[0]})") from None
+    own = [getattr(state["cfg"]["task"], key, None) for key in LANGUAGES]
+    asked = [overrides.get(key) for key in LANGUAGES]
+    if all(own) and all(asked) and own != asked:
+        raise Refusal(f"{checkpoint} translates {own[0]}-{own[1]}, not {asked[0]}-{asked[1]} as the task does: give the "
+                      "task folder it was trained on")
+    overwrite_args_by_name(state["cfg"], {k: v for k, v in overrides.items() if k in LANGUAGES})
+    return state
 
 
 def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path, unchecked: bool = False) -> dict:
@@ -75,11 +90,6 @@ def check_dictionaries(state: dict, task: PreparedTask, checkpoint: Path, unchec
     from fairseq.data import Dictionary
 
     now = check_made_from(checkpoint, task.data_bin, str(task.root), unchecked)
-    trained = state["cfg"]["task"]  # the languages the checkpoint itself says it was trained on
-    pair = (getattr(trained, "source_lang", None), getattr(trained, "target_lang", None))
-    if all(pair) and pair != (task.src, task.tgt):
-        raise Refusal(f"{checkpoint} translates {pair[0]}-{pair[1]}, and {task.root} is {task.src}-{task.tgt}: give the "
-                      "task folder it was trained on")
     weights = state["model"]
     for side, lang in (("encoder", task.src), ("decoder", task.tgt)):
         table = weights.get(f"{side}.embed_tokens.weight")

@@ -15,8 +15,9 @@ nowhere else. The kinds:
                                                     (relative to the folder), SHA-256 and command
 
 A record is a JSON object of its kind's fields, each of the field's type, written atomically.
-Reading one fails closed: a record that is not what the kit writes raises :class:`Damaged`, in
-one line naming the file; a folder that an earlier version of the kit made (a ``KEY=VALUE`` file
+Reading one fails closed: a record that is not what the kit writes, or that its folder's
+``.written.json`` does not name with its SHA-256 (copied in alone, or edited by hand), raises
+:class:`Damaged`, in one line naming the file; a folder that an earlier version of the kit made (a ``KEY=VALUE`` file
 such as recipe.env, and no record) is refused, never read.
 
 **What the kit wrote** (:func:`write_file`, :func:`check_owned`): every file a command writes
