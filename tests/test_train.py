@@ -932,3 +932,22 @@ def test_force_removes_only_what_a_training_wrote(tmp_path):
     save_folder.start_over(save)
     assert sorted(p.name for p in save.iterdir()) == [".lock", ".node1.lock"]
     save_folder.start_over(save)  # nothing left to remove
+
+
+def test_unchecked_without_a_folder_to_take_is_refused(tmp_path):
+    """train.sh's --unchecked takes a --finetune-from folder without export.json: alone, it would
+    change nothing, and is refused; so is prepare files --unchecked without --like."""
+    from fairseq_csan.recipes import prepare
+    from recipe_helpers import in_process
+
+    done = train_main("--data", fake_task(tmp_path), "--arch", "transformer", "--save-dir", tmp_path / "s", "--dry-run",
+                      "--unchecked", check=False)
+    assert done.returncode == 2 and "--unchecked takes a --finetune-from folder" in done.stderr
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            write(tmp_path / "raw" / f"{split}.{lang}", ["a b c"])
+    files = ["files", "--src", "en", "--tgt", "de", "--train", tmp_path / "raw/train", "--valid", tmp_path / "raw/valid",
+             "--test", tmp_path / "raw/test", "--out", tmp_path / "task2", "--unchecked", "--dry-run"]
+    done = in_process(prepare.main, [str(w) for w in files], check=False)
+    assert done.returncode == 2 and "--unchecked takes a --like folder" in done.stderr
+    assert not (tmp_path / "s").exists() and not (tmp_path / "task2").exists()

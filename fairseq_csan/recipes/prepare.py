@@ -203,6 +203,8 @@ def parse(argv=None):
         args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
         args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
         args.like_info = None
+        if args.unchecked and args.like is None:
+            raise Refusal("--unchecked takes a --like folder without export.json; give --like FOLDER too, or leave it out")
         if args.like is not None:
             given = [flag for flag, value in (("--merges", args.merges), ("--joint-bpe", args.joint_bpe),
                                               ("--pretokenized", args.pretokenized)) if value not in (None, False)]

@@ -196,6 +196,9 @@ def check_options(o) -> None:
     if o.tiny and o.size:
         raise Refusal("--size picks the base or big model; --cpu-tiny trains its own tiny one (hparams.json's "
                       "cpu_tiny): leave out one of them")
+    if o.unchecked and not o.finetune:
+        raise Refusal("--unchecked takes a --finetune-from folder without export.json; give --finetune-from FOLDER too, "
+                      "or leave it out")
 
 
 @dataclass(frozen=True)
