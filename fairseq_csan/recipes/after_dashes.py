@@ -13,7 +13,7 @@ from .. import user_dir
 
 # fairseq-train settings (their dest) that the kit sets from its own options, which the run's lock
 # and record follow, or that would write elsewhere or start from another run's checkpoint: refused
-# after -- under any spelling fairseq's parser reads as them (-a, --arc, --save-dir=, ...)
+# after -- under any spelling fairseq's parser reads as them (-a ARCH, -aARCH, --save-dir=DIR, ...)
 OWNED_AFTER_DASHES = {  # dest -> what to do instead
     "arch": "give train.sh --arch ARCH", "save_dir": "give train.sh --save-dir DIR", "seed": "give train.sh --seed N",
     "data": "give train.sh --data DIR", "source_lang": "leave it out (the task folder's)",

@@ -419,8 +419,8 @@ def warm_start(o, read) -> dict:
 def start_from(o, data: Data) -> dict:
     """--finetune-from FOLDER: the folder's model (export.folder_model), checked against the
     options and the task: the same --arch, the task's dictionaries (prepare files --like FOLDER
-    made them), no flag after -- that gives the model another shape, no --size (a warm start of
-    another checkpoint after --: check_after_dashes)."""
+    made them), no flag after -- that gives the model another shape, no --size, and no second start
+    (--finetune-from-model after --)."""
     from .export import contradictions, fits_task, folder_model
 
     if o.size:
