@@ -2,7 +2,8 @@
 fairseq loads it.
 
 export.json lists the SHA-256 of every file of the folder (model.pt, the dictionaries,
-bpecodes). With the plugin imported, fairseq's ``from_pretrained`` (``hub_utils.from_pretrained``,
+bpecodes) and seals itself (``sealed``: the SHA-256 of its other fields), so that no field of it
+is believed after a hand edit. With the plugin imported, fairseq's ``from_pretrained`` (``hub_utils.from_pretrained``,
 which ``TransformerModel.from_pretrained`` and translate.py call) and its checkpoint loader
 (``checkpoint_utils.load_model_ensemble_and_task``, which fairseq-interactive and
 fairseq-generate call with ``--path FOLDER/model.pt``, the csan_recipe tokenizer's usual
@@ -35,23 +36,38 @@ def sha256(path) -> str:
     return digest.hexdigest()
 
 
-def verify(folder) -> None:
-    """Raise DamagedModelFolder, naming the file, unless every file that ``folder/export.json``
-    lists is there with its recorded hash. A folder without export.json passes."""
+def seal_of(record: dict) -> str:
+    """export.json's seal of itself: the SHA-256 of its other fields, written canonically."""
+    fields = {k: v for k, v in record.items() if k != "sealed"}
+    text = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def unsealed(folder, about) -> str:
+    """What is wrong with the record ``about`` of ``folder/export.json``, in one line; '' where it
+    is as export wrote it."""
+    if isinstance(about, dict) and isinstance(about.get("files"), dict) and about.get("sealed") == seal_of(about):
+        return ""
+    return (f"model folder {folder}: export.json is not the record that export wrote (its seal of itself is missing "
+            "or differs: changed by hand, or written by an earlier version); export the model again")
+
+
+def verify(folder) -> dict:
+    """Raise DamagedModelFolder, naming the file, unless ``folder/export.json`` is as export wrote
+    it (its seal of itself) and every file it lists is there with its recorded hash. Returns the
+    record; a folder without export.json passes ({})."""
     folder = Path(folder)
     record = folder / "export.json"
     if not record.is_file():
-        return
+        return {}
     try:
-        files = json.loads(record.read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError, AttributeError) as error:
+        about = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
         raise DamagedModelFolder(f"model folder {folder}: {record} is not readable JSON ({error}); "
                                  "export the model again") from None
-    if files is None:  # exported before the folder was sealed: only the files it must hold
-        for name in ("model.pt", "bpecodes"):
-            if not (folder / name).is_file():
-                raise DamagedModelFolder(f"model folder {folder}: {name} is missing; export the model again")
-        return
+    if unsealed(folder, about):
+        raise DamagedModelFolder(unsealed(folder, about))
+    files = about["files"]
     identities = {}
     for name in files:
         try:
@@ -61,12 +77,13 @@ def verify(folder) -> None:
         identities[name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     key = os.path.realpath(folder)
     if _checked.get(key) == identities:
-        return
+        return about
     for name, expected in files.items():
         if sha256(folder / name) != expected:
             raise DamagedModelFolder(f"model folder {folder}: {name} is not the file that export wrote "
                                      "(its SHA-256 differs from export.json's); export the model again")
     _checked[key] = identities
+    return about
 
 
 def verifying(from_pretrained):

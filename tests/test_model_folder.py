@@ -1,5 +1,5 @@
 """fairseq_csan/model_folder.py: an exported model folder is sealed. export.json lists every
-file's hash; from_pretrained (with the plugin imported) and translate.py --model name a file
+file's hash and seals itself; from_pretrained (with the plugin imported) and translate.py --model name a file
 that is missing or differs, where a damaged folder once translated wrongly with exit 0."""
 
 import json
@@ -72,10 +72,12 @@ def test_a_damaged_model_folder_is_named_not_translated(tree, tmp_path, monkeypa
     swapped = damaged("swapped", lambda f: write(f / "dict.de.txt", [*reversed(lines(f / "dict.de.txt")[:2]),
                                                                      *lines(f / "dict.de.txt")[2:]]))
     missing = damaged("missing", lambda f: (f / "bpecodes").unlink())
+    edited = damaged("edited", lambda f: (f / "export.json").write_text(json.dumps({**record, "target_lang": "fr"})))
     shutil.copy(model / "bpecodes", tmp_path / "bpecodes")  # another bpecodes where fairseq once looked
     for folder, name, message in ((cut, "bpecodes", "is not the file that export wrote"),
                                   (swapped, "dict.de.txt", "is not the file that export wrote"),
-                                  (missing, "bpecodes", "is missing")):
+                                  (missing, "bpecodes", "is missing"),
+                                  (edited, "export.json", "is not the record that export wrote (its seal of itself")):
         error = load_here(folder, tmp_path, monkeypatch)  # the intact folder's load ran as a process, above
         assert type(error).__name__ == "DamagedModelFolder" and f"model folder {folder}: {name} {message}" in str(error)
         out = tmp_path / f"{folder.name}.de"

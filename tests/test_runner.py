@@ -1086,24 +1086,26 @@ def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tre
         "export": ["--data", task, "--checkpoint", ev / "averaged.pt", "--out", outputs["export"]],
         "translate": ["--model", model, "--input", tmp_path / "mine.en", "--output", outputs["translate"], "--cpu"]}
 
-    def edited(data: bytes, name: str) -> bytes:
+    def edited(data: bytes, change: dict) -> bytes:
         values = json.loads(data)
-        if name == "export.json":  # a file's hash as the seal lists it
-            values["files"]["bpecodes"] = "0" * 64
-        else:
-            values.update({"task.json": {"src": "de", "tgt": "en"}, "run.json": {"seed": 2},
-                           "evaluation.json": {"beam": 12}}[name])
+        for key, value in change.items():  # a dict merges into the field; None removes it
+            if value is None:
+                values.pop(key)
+            else:
+                values[key] = {**values[key], **value} if isinstance(value, dict) else value
         return json.dumps(values, indent=1).encode()
 
-    for command, record in (("evaluate", task / "task.json"), ("evaluate", ck / "run.json"),
-                            ("export", ev / "evaluation.json"), ("export", task / "task.json"),
-                            ("translate", model / "export.json")):
+    for command, record, change in (
+            ("evaluate", task / "task.json", {"src": "de", "tgt": "en"}), ("evaluate", ck / "run.json", {"seed": 2}),
+            ("export", ev / "evaluation.json", {"beam": 12}), ("export", task / "task.json", {"src": "de", "tgt": "en"}),
+            ("translate", model / "export.json", {"files": {"bpecodes": "0" * 64}}),  # a file's hash as the seal lists it
+            ("translate", model / "export.json", {"made_from": None, "target_lang": "fr"})):  # a field of the seal's own
         kept = record.read_bytes()
         for damage in ("removed", "cut short", "edited by hand"):
             if damage == "removed":
                 record.unlink()
             else:
-                record.write_bytes(kept[:len(kept) // 2] if damage == "cut short" else edited(kept, record.name))
+                record.write_bytes(kept[:len(kept) // 2] if damage == "cut short" else edited(kept, change))
             done = recipe_main(command, *commands[command])
             assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (command, record, damage,
                                                                                            done.stderr)

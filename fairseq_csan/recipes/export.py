@@ -139,11 +139,11 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False, uncheck
 def write_model_folder(out: Path, fill, force: bool, by: str) -> str:
     """The model folder ``out``, written whole (runner.replace_folder) under its lock (``.OUT.lock``
     beside it): ``fill(folder)`` writes its files and returns what export.json says of them, to
-    which the seal adds ``by`` and each file's SHA-256 (the one place export.json is written).
-    'written', 'replaced' or 'unchanged'. An ``out`` holding a file that export or convert did not
+    which the seal adds ``by``, each file's SHA-256 and its own (``sealed``): the one place export.json
+    is written. 'written', 'replaced' or 'unchanged'. An ``out`` holding a file that export or convert did not
     write (its export.json's record), or one changed since, is refused; one holding another model
     is replaced only with ``force``."""
-    from fairseq_csan.model_folder import sha256
+    from fairseq_csan.model_folder import seal_of, sha256
 
     if out.exists() and not out.is_dir():
         raise Refusal(f"--out {out} exists and is not a folder")
@@ -153,8 +153,8 @@ def write_model_folder(out: Path, fill, force: bool, by: str) -> str:
                       "they did not write or which changed since); give another --out (nothing was changed)")
 
     def sealed(folder):
-        about = fill(folder)
-        EXPORT.write(folder, {**about, "by": by, "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}})
+        about = {**fill(folder), "by": by, "files": {p.name: sha256(p) for p in sorted(folder.iterdir())}}
+        EXPORT.write(folder, {**about, "sealed": seal_of(about)})
 
     def may_replace(_old):
         if not force:

@@ -34,9 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
-from ...model_folder import sha256  # the one file hash (fairseq is not imported)
+from ...model_folder import sha256, unsealed  # the one file hash (fairseq is not imported)
 from .failure import Failed, Refusal, _command_name, say
 from .files import WriterLock, _temporary, atomic, listing
+
+
+EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
 
 
 class Damaged(Refusal):
@@ -109,7 +112,9 @@ class Kind:
         except (ValueError, KeyError, TypeError) as error:
             raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
                           "hand or cut short: run the step that made it again") from None
-        if self.written and path.name not in (_WRITTEN_FILE, "export.json"):  # (each: a folder's record of itself)
+        if path.name == EXPORT_FILE and unsealed(folder, values):  # a model folder's seal of itself
+            raise Damaged(unsealed(folder, values))
+        if self.written and path.name not in (_WRITTEN_FILE, EXPORT_FILE):
             _believed(path, data)
         return values
 
@@ -120,7 +125,7 @@ class Kind:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic(path) as (part,):
             part.write_text(json.dumps(values, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        if path.name not in (_WRITTEN_FILE, "export.json"):
+        if path.name not in (_WRITTEN_FILE, EXPORT_FILE):
             _record_written([path], _command_name())
         return values
 
@@ -131,7 +136,7 @@ EVALUATION = Kind("evaluation", "evaluation.json", {
     "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
     "decoding": "text", "made_from": "json"}, earlier=("evaluation.env",))
 RESULTS = Kind("results", "results.json")  # score.py's figures (any fields; collect_results and the analyses read them)
-EXPORT = Kind("export", "export.json")  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
+EXPORT = Kind("export", EXPORT_FILE)  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
 _WRITTEN_FILE = ".written.json"
 _WRITTEN = Kind("written files", _WRITTEN_FILE, {"files": "json"})
 _STAMP = Kind("step stamp", "STEP.json", {"by": "text", "settings": "json", "inputs": "json", "outputs": "json",
@@ -159,10 +164,14 @@ def _record_of(folder: Path):
 
 def _owner(path: Path) -> Optional[dict]:
     """What the record of ``path``'s folder says of it ({sha256, by}), or None. A model folder's
-    files are export.json's (its seal), written by the command it names."""
+    files are export.json's (its seal), written by the command it names; none where the seal was
+    changed by hand."""
     path = Path(path)
-    seal = EXPORT.read(path.parent) if EXPORT.path(path.parent).is_file() else None
-    if seal is not None and path.name == EXPORT.file:  # the seal itself: its maker's as it stands
+    try:
+        seal = EXPORT.read(path.parent)
+    except Damaged:
+        seal = None
+    if seal is not None and path.name == EXPORT.file:  # the seal itself, intact: its maker's
         return {"sha256": sha256(path), "by": seal.get("by", "export")}
     if seal is not None and path.name in (seal.get("files") or {}):
         return {"sha256": seal["files"][path.name], "by": seal.get("by", "export")}
