@@ -1070,8 +1070,8 @@ def test_every_command_refuses_to_touch_a_users_file_in_what_it_writes_force_or_
 
 @pytest.mark.slow
 def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tree, tmp_path):
-    """The user's tree copied (as cp -a would): each record that evaluate, export and translate
-    read, removed, cut short or edited by hand, is a refusal in one line (exit 2) with no result
+    """The user's tree copied (as cp -a would): each record that evaluate, export, translate and
+    collect_results read, removed, cut short or edited by hand, is a refusal in one line (exit 2) with no result
     written, never a result with exit 0; the copy run again with --force acts on itself alone (the
     original byte for byte as it was); a file of the user's at a name of the kit's temporaries and
     backups (another process's token) is kept."""
@@ -1080,8 +1080,10 @@ def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tre
     shutil.copytree(tree, copy, symlinks=True)
     task, ck, ev, model = (copy / name for name in ("task", "ck", "ev", "model"))
     write(tmp_path / "mine.en", ["a small cat ."])
-    outputs = {"evaluate": tmp_path / "ev2" / "results.json", "export": tmp_path / "model2", "translate": tmp_path / "mine.de"}
+    outputs = {"evaluate": tmp_path / "ev2" / "results.json", "export": tmp_path / "model2", "translate": tmp_path / "mine.de",
+               "collect_results": tmp_path / "table.md"}
     commands = {
+        "collect_results": [ev, "--output", outputs["collect_results"]],
         "evaluate": ["--data", task, "--checkpoints", ck, "--out", tmp_path / "ev2", "--last", 2, "--cpu"],
         "export": ["--data", task, "--checkpoint", ev / "averaged.pt", "--out", outputs["export"]],
         "translate": ["--model", model, "--input", tmp_path / "mine.en", "--output", outputs["translate"], "--cpu"]}
@@ -1097,7 +1099,7 @@ def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tre
 
     for command, record, change in (
             ("evaluate", task / "task.json", {"src": "de", "tgt": "en"}), ("evaluate", ck / "run.json", {"seed": 2}),
-            ("export", ev / "evaluation.json", {"beam": 12}), ("export", task / "task.json", {"src": "de", "tgt": "en"}),
+            ("export", ev / "evaluation.json", {"beam": 12}), ("collect_results", ev / "results.json", {"sacrebleu": 99.0}), ("export", task / "task.json", {"src": "de", "tgt": "en"}),
             ("translate", model / "export.json", {"files": {"bpecodes": "0" * 64}}),  # a file's hash as the seal lists it
             ("translate", model / "export.json", {"made_from": None, "target_lang": "fr"})):  # a field of the seal's own
         kept = record.read_bytes()
