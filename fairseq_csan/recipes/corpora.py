@@ -1,12 +1,11 @@
-"""The raw corpora of the task recipes (the three WMT/WAT tasks and Multi30k), and how to
-gather them (step 1 of prepare.py).
+"""The raw corpora of the task recipes (the three WMT/WAT tasks, Multi30k and the toy corpus), and how
+to gather them (step 1 of prepare.py).
 
-For each task this file lists every corpus: the files it needs in the raw folder, the archive
-they come in and the archive's official location. :func:`locate_split` finds each corpus in the
-raw folder (plain text, an official SGM file, or an ``A ||| B`` ASPEC file), extracts a downloaded
-archive when only the archive is there, and downloads a public archive when neither is there
-(unless told not to); :func:`write_split` writes the split's two sides, every corpus
-concatenated. A missing corpus is refused with the file that is missing and where to get it.
+:func:`locate_split` finds each corpus in the raw folder (plain text, an official SGM file, or an
+``A ||| B`` ASPEC file), extracts a downloaded archive when only the archive is there, and downloads
+a public archive when neither is there (unless told not to); :func:`write_split` writes the split's
+two sides, every corpus concatenated. A missing corpus is refused with the file that is missing and
+where to get it.
 """
 
 import re
@@ -19,8 +18,10 @@ from typing import Dict, List, Optional
 from .runner import Refusal, atomic, say
 from .text import iter_lines
 
+WMT13, WMT14 = "https://www.statmt.org/wmt13", "https://www.statmt.org/wmt14"
 WMT17 = "https://data.statmt.org/wmt17/translation-task"
 WMT17_PAGE = "https://www.statmt.org/wmt17/translation-task.html"
+EN_DE, ZH_EN = ("en", "de"), ("zh", "en")
 
 
 @dataclass
@@ -65,127 +66,58 @@ class Task:
     default_raw: str = ""  # "": OUT/downloads
 
 
-def _aspec(name, path, ja_field, en_field):
-    return Corpus(
-        name=name,
-        layouts=[{"ja": path, "en": path}],
-        fields={"ja": ja_field, "en": en_field},
-        where="ASPEC is licensed: request it at https://jipsti.jst.go.jp/aspec/ and give its "
-        "ASPEC-JE folder as --raw-dir (or $ASPEC_JE)",
-    )
+def _corpus(langs, name, stems, archive=None, site=None, **kw) -> Corpus:
+    """A corpus in the files STEM.SRC + STEM.TGT of the first of ``stems`` that has them; a stem ending in
+    ``.sgm`` names WMT's SGM pair STEM-src.SRC.sgm + STEM-ref.TGT.sgm. A public archive is at SITE/ARCHIVE."""
+    src, tgt = langs
+    return Corpus(name, [{src: f"{s[:-4]}-src.{src}.sgm", tgt: f"{s[:-4]}-ref.{tgt}.sgm"} if s.endswith(".sgm")
+                         else {src: f"{s}.{src}", tgt: f"{s}.{tgt}"} for s in stems],
+                  archive, site and f"{site}/{archive}", **kw)
+
+
+def _aspec(name, path, ja_field):
+    return Corpus(name, [{"ja": path, "en": path}], fields={"ja": ja_field, "en": ja_field + 1},
+                  where="ASPEC is licensed: request it at https://jipsti.jst.go.jp/aspec/ and give its "
+                  "ASPEC-JE folder as --raw-dir (or $ASPEC_JE)")
 
 
 def _en_de_files(label, names, where):
     """train, valid and test as one corpus each: the files NAME.en and NAME.de in the raw folder."""
-    return {split: [Corpus(f"{label} {name}", [{"en": f"{name}.en", "de": f"{name}.de"}], where=where(name), label=name)]
+    return {split: [_corpus(EN_DE, f"{label} {name}", [name], where=where(name), label=name)]
             for split, name in zip(("train", "valid", "test"), names)}
 
 
 TASKS = {
-    "wmt14_en_de": Task(
-        src="en",
-        tgt="de",
-        raw_env="WMT14_RAW",
-        splits={
-            "train": [
-                Corpus(
-                    "Europarl v7",
-                    [{"en": "training/europarl-v7.de-en.en", "de": "training/europarl-v7.de-en.de"}],
-                    "training-parallel-europarl-v7.tgz",
-                    "https://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz",
-                ),
-                Corpus(
-                    "Common Crawl",
-                    [{"en": "commoncrawl.de-en.en", "de": "commoncrawl.de-en.de"}],
-                    "training-parallel-commoncrawl.tgz",
-                    "https://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
-                ),
-                Corpus(
-                    "News Commentary v9",
-                    [{"en": "training/news-commentary-v9.de-en.en", "de": "training/news-commentary-v9.de-en.de"}],
-                    "training-parallel-nc-v9.tgz",
-                    "https://www.statmt.org/wmt14/training-parallel-nc-v9.tgz",
-                ),
-            ],
-            "valid": [
-                Corpus(
-                    "newstest2013",
-                    [{"en": "newstest2013.en", "de": "newstest2013.de"},
-                     {"en": "dev/newstest2013.en", "de": "dev/newstest2013.de"}],
-                    "dev.tgz",
-                    "https://www.statmt.org/wmt14/dev.tgz",
-                ),
-            ],
-            "test": [
-                Corpus(
-                    "newstest2014 (full)",
-                    [{"en": "newstest2014.en", "de": "newstest2014.de"},
-                     {"en": "test-full/newstest2014-deen-src.en.sgm", "de": "test-full/newstest2014-deen-ref.de.sgm"}],
-                    "test-full.tgz",
-                    "https://www.statmt.org/wmt14/test-full.tgz",
-                ),
-            ],
-        },
-    ),
-    "wmt17_zh_en": Task(
-        src="zh",
-        tgt="en",
-        raw_env="WMT17_RAW",
-        joint_bpe=0,
-        clean_ratio=9.0,
-        note="WMT17 Zh-En: News Commentary v12 downloads by itself; the UN and CWMT corpora "
-        "need a registration or a manual download (see " + WMT17_PAGE + ").",
-        splits={
-            "train": [
-                Corpus(
-                    "News Commentary v12",
-                    [{"zh": "training/news-commentary-v12.zh-en.zh", "en": "training/news-commentary-v12.zh-en.en"}],
-                    "training-parallel-nc-v12.tgz",
-                    f"{WMT17}/training-parallel-nc-v12.tgz",
-                ),
-                Corpus(
-                    "UN Parallel Corpus v1.0",
-                    [{"zh": "en-zh/UNv1.0.en-zh.zh", "en": "en-zh/UNv1.0.en-zh.en"}],
-                    "UNv1.0.en-zh.tar.gz",
-                    None,
-                    "download UNv1.0.en-zh.tar.gz.00 and .01 from https://conferences.unite.un.org/UNCorpus "
-                    "(linked from " + WMT17_PAGE + "), then `cat UNv1.0.en-zh.tar.gz.0* > "
-                    "UNv1.0.en-zh.tar.gz` in the raw folder",
-                ),
-                Corpus(
-                    "CWMT",
-                    folder="cwmt",
-                    where="get the CWMT corpora of WMT17 (casia2015, casict2011, casict2015, datum2015, "
-                    "datum2017, neu2017; see " + WMT17_PAGE + ") and put each as a line-aligned pair "
-                    "NAME.zh / NAME.en in the raw folder's cwmt/",
-                ),
-            ],
-            "valid": [
-                Corpus(
-                    "newsdev2017",
-                    [{"zh": "newsdev2017.zh", "en": "newsdev2017.en"},
-                     {"zh": "dev/newsdev2017-zhen-src.zh.sgm", "en": "dev/newsdev2017-zhen-ref.en.sgm"}],
-                    "dev.tgz",
-                    f"{WMT17}/dev.tgz",
-                ),
-            ],
-            "test": [
-                Corpus(
-                    "newstest2017",
-                    [{"zh": "newstest2017-zhen.zh", "en": "newstest2017-zhen.en"},
-                     {"zh": "test/newstest2017-zhen-src.zh.sgm", "en": "test/newstest2017-zhen-ref.en.sgm"}],
-                    "test.tgz",
-                    f"{WMT17}/test.tgz",
-                ),
-            ],
-        },
-    ),
+    "wmt14_en_de": Task("en", "de", raw_env="WMT14_RAW", splits={
+        "train": [
+            _corpus(EN_DE, "Europarl v7", ["training/europarl-v7.de-en"], "training-parallel-europarl-v7.tgz", WMT13),
+            _corpus(EN_DE, "Common Crawl", ["commoncrawl.de-en"], "training-parallel-commoncrawl.tgz", WMT13),
+            _corpus(EN_DE, "News Commentary v9", ["training/news-commentary-v9.de-en"], "training-parallel-nc-v9.tgz",
+                    WMT14),
+        ],
+        "valid": [_corpus(EN_DE, "newstest2013", ["newstest2013", "dev/newstest2013"], "dev.tgz", WMT14)],
+        "test": [_corpus(EN_DE, "newstest2014 (full)", ["newstest2014", "test-full/newstest2014-deen.sgm"],
+                         "test-full.tgz", WMT14)],
+    }),
+    "wmt17_zh_en": Task("zh", "en", raw_env="WMT17_RAW", joint_bpe=0, clean_ratio=9.0, splits={
+        "train": [
+            _corpus(ZH_EN, "News Commentary v12", ["training/news-commentary-v12.zh-en"],
+                    "training-parallel-nc-v12.tgz", WMT17),
+            _corpus(ZH_EN, "UN Parallel Corpus v1.0", ["en-zh/UNv1.0.en-zh"], "UNv1.0.en-zh.tar.gz",
+                    where="download UNv1.0.en-zh.tar.gz.00 and .01 from https://conferences.unite.un.org/UNCorpus "
+                    f"(linked from {WMT17_PAGE}), then `cat UNv1.0.en-zh.tar.gz.0* > UNv1.0.en-zh.tar.gz` in the "
+                    "raw folder"),
+            Corpus("CWMT", folder="cwmt", where="get the CWMT corpora of WMT17 (casia2015, casict2011, casict2015, "
+                   f"datum2015, datum2017, neu2017; see {WMT17_PAGE}) and put each as a line-aligned pair "
+                   "NAME.zh / NAME.en in the raw folder's cwmt/"),
+        ],
+        "valid": [_corpus(ZH_EN, "newsdev2017", ["newsdev2017", "dev/newsdev2017-zhen.sgm"], "dev.tgz", WMT17)],
+        "test": [_corpus(ZH_EN, "newstest2017", ["newstest2017-zhen", "test/newstest2017-zhen.sgm"], "test.tgz",
+                         WMT17)],
+    }, note="WMT17 Zh-En: News Commentary v12 downloads by itself; the UN and CWMT corpora need a registration "
+       f"or a manual download (see {WMT17_PAGE})."),
     "multi30k_en_de": Task(
-        src="en",
-        tgt="de",
-        raw_env="MULTI30K",
-        merges=8000,
-        merges_why=", for 29K training pairs",
+        "en", "de", raw_env="MULTI30K", merges=8000, merges_why=", for 29K training pairs",
         default_raw="data/multi30k_raw",
         note="Multi30k En-De (Elliott et al. 2016), task 1: the raw, untokenised files of "
         "github.com/multi30k/dataset, data/task1/raw, gunzipped; a small task for the "
@@ -195,32 +127,21 @@ TASKS = {
                             "https://github.com/multi30k/dataset into the raw folder"),
     ),
     "toy_en_de": Task(
-        src="en",
-        tgt="de",
-        raw_env="TOY_RAW",
+        "en", "de", raw_env="TOY_RAW",
         note="The quick start's toy En-De corpus (examples/quickstart.sh), written by "
         "python -m fairseq_csan.recipes.toy_corpus RAW.",
         splits=_en_de_files("toy", ("train", "val", "test"),
                             lambda name: "write it with python -m fairseq_csan.recipes.toy_corpus RAW "
                             "(examples/quickstart.sh does)"),
     ),
-    "wat17_ja_en": Task(
-        src="ja",
-        tgt="en",
-        raw_env="ASPEC_JE",
-        joint_bpe=0,
-        clean_ratio=9.0,
-        note="WAT17 Ja-En: ASPEC-JE train-1 + train-2 (2M pairs, as Morishita et al. 2017), "
-        "dev and test, from the user's licensed copy.",
-        splits={
-            # train-N.txt: score ||| document id ||| sentence id ||| Japanese ||| English
-            "train": [_aspec("ASPEC-JE train-1", "train/train-1.txt", 3, 4),
-                      _aspec("ASPEC-JE train-2", "train/train-2.txt", 3, 4)],
-            # dev.txt / test.txt: document id ||| sentence id ||| Japanese ||| English
-            "valid": [_aspec("ASPEC-JE dev", "dev/dev.txt", 2, 3)],
-            "test": [_aspec("ASPEC-JE test", "test/test.txt", 2, 3)],
-        },
-    ),
+    "wat17_ja_en": Task("ja", "en", raw_env="ASPEC_JE", joint_bpe=0, clean_ratio=9.0, splits={
+        # train-N.txt: score ||| document id ||| sentence id ||| Japanese ||| English
+        "train": [_aspec(f"ASPEC-JE train-{n}", f"train/train-{n}.txt", 3) for n in (1, 2)],
+        # dev.txt / test.txt: document id ||| sentence id ||| Japanese ||| English
+        "valid": [_aspec("ASPEC-JE dev", "dev/dev.txt", 2)],
+        "test": [_aspec("ASPEC-JE test", "test/test.txt", 2)],
+    }, note="WAT17 Ja-En: ASPEC-JE train-1 + train-2 (2M pairs, as Morishita et al. 2017), dev and test, "
+       "from the user's licensed copy."),
 }
 
 for _name, _task in TASKS.items():
@@ -234,24 +155,19 @@ def files_task(src: str, tgt: str, train: str, valid: str, tests: List[str]) -> 
         raise Refusal(f"--src and --tgt are both {src}: give two languages")
 
     def corpus(label, prefix):
-        return [Corpus(f"{label} {prefix}", [{src: f"{prefix}.{src}", tgt: f"{prefix}.{tgt}"}],
-                       where=f"give line-aligned UTF-8 files {prefix}.{src} and {prefix}.{tgt}", label=Path(prefix).name)]
+        return [_corpus((src, tgt), f"{label} {prefix}", [prefix], label=Path(prefix).name,
+                        where=f"give line-aligned UTF-8 files {prefix}.{src} and {prefix}.{tgt}")]
 
     splits = {"train": corpus("--train", train), "valid": corpus("--valid", valid)}
     for number, prefix in enumerate(tests):
         splits[f"test{number or ''}"] = corpus("--test", prefix)
-    return Task(src=src, tgt=tgt, splits=splits, name=f"{src}_{tgt}",
-                note=f"your own {src}-{tgt} corpus")
+    return Task(src, tgt, splits, name=f"{src}_{tgt}", note=f"your own {src}-{tgt} corpus")
 
 
 def test_name(task: Task, split: str) -> str:
     """A test split's own name, as reports show it: its files' name (test_2016_flickr,
     newstest2014; for your own files, the PREFIX's last part), corpora concatenated joined by +."""
     return "+".join(corpus.label or corpus.name.split()[0] for corpus in task.splits[split])
-
-
-def task_of(task) -> Task:
-    return task if isinstance(task, Task) else TASKS[task]
 
 
 SEG = re.compile(r"<seg[^>]*>(.*)</seg>")
@@ -263,27 +179,27 @@ def clean_line(line: str) -> str:
 
 
 def read_side(path: Path, column: Optional[int] = None) -> List[str]:
-    """The segments of one side: a plain text file, a WMT SGM file or an ASPEC column."""
-    lines = iter_lines(path)
-    if path.name.endswith((".sgm", ".sgm.gz")):
-        # as sacreBLEU reads SGM: the text between the <seg> tags, not unescaped
-        return [clean_line(m.group(1)) for line in lines if (m := SEG.search(line))]
-    if column is None:
-        return [clean_line(line) for line in lines]
-    out = []
-    for number, line in enumerate(lines, 1):
-        parts = line.split(" ||| ")
-        if len(parts) <= column:
-            raise Refusal(f"{path}:{number}: expected at least {column + 1} "
-                          f"' ||| '-separated fields, found {len(parts)}")
-        out.append(clean_line(parts[column]))
+    """The segments of one side: a plain text file, a WMT SGM file (the text between the <seg> tags,
+    not unescaped, as sacreBLEU reads it) or an ASPEC column."""
+    sgm, out = path.name.endswith((".sgm", ".sgm.gz")), []
+    for number, line in enumerate(iter_lines(path), 1):
+        if sgm:
+            if not (match := SEG.search(line)):
+                continue
+            line = match.group(1)
+        elif column is not None:
+            parts = line.split(" ||| ")
+            if len(parts) <= column:
+                raise Refusal(f"{path}:{number}: expected at least {column + 1} "
+                              f"' ||| '-separated fields, found {len(parts)}")
+            line = parts[column]
+        out.append(clean_line(line))
     return out
 
 
 def present(path: Path) -> Optional[Path]:
     """``path`` where it is a file, else ``path.gz`` where that is (read as it is: text.iter_lines)."""
-    path = Path(path)
-    return path if path.is_file() else path.with_name(path.name + ".gz") if Path(f"{path}.gz").is_file() else None
+    return next((p for p in (Path(path), Path(f"{path}.gz")) if p.is_file()), None)
 
 
 def find_layout(corpus: Corpus, raw: Path, langs) -> Optional[Dict[str, Path]]:
@@ -294,19 +210,22 @@ def find_layout(corpus: Corpus, raw: Path, langs) -> Optional[Dict[str, Path]]:
     return None
 
 
-def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
+def _wanted(corpus: Corpus, langs, base: Path) -> List[str]:
+    """The files of each of the corpus' layouts, "A + B", under ``base``."""
     if corpus.folder is not None:
-        wanted = f"{raw / corpus.folder}/NAME.{langs[0]} + NAME.{langs[1]} pairs"
-    else:
-        wanted = " or ".join(" + ".join(str(raw / layout[lang]) for lang in langs) for layout in corpus.layouts)
+        return [f"{base / corpus.folder}/NAME.{langs[0]} + NAME.{langs[1]}"]
+    return [" + ".join(str(base / layout[lang]) for lang in langs) for layout in corpus.layouts]
+
+
+def missing_message(task_name: str, corpus: Corpus, raw: Path, langs) -> str:
+    wanted = " or ".join(_wanted(corpus, langs, raw)) + (" pairs" if corpus.folder is not None else "")
     lines = [f"{task_name}: missing {corpus.name}: expected {wanted} (each may be gzipped, NAME.gz)"]
     for layout in corpus.layouts:
-        found = {lang: present(raw / layout[lang]) for lang in langs}
-        if len([lang for lang in langs if found[lang]]) == 1:
-            have = next(lang for lang in langs if found[lang])
-            other = langs[1 - langs.index(have)]
-            lines.insert(0, f"{task_name}: {corpus.name}: found the {have} side "
-                            f"{found[have]} but not the {other} side {raw / layout[other]}")
+        found = [present(raw / layout[lang]) for lang in langs]
+        if any(found) and not all(found):
+            have, other = (0, 1) if found[0] else (1, 0)
+            lines.insert(0, f"{task_name}: {corpus.name}: found the {langs[have]} side {found[have]} "
+                            f"but not the {langs[other]} side {raw / layout[langs[other]]}")
     if corpus.url:
         lines.append(f"it comes in {corpus.archive} from {corpus.url}: put the archive or the extracted files in "
                      f"{raw}, or run without --no-download to fetch it")
@@ -337,26 +256,15 @@ def download(url: str, dest: Path):
                       "again") from error
 
 
-def extract(archive: Path, into: Path):
-    say(f"extracting {archive}")
-    with tarfile.open(archive) as tar:
-        if hasattr(tarfile, "data_filter"):  # refuse absolute paths and links out of the folder
-            tar.extractall(into, filter="data")
-        else:
-            tar.extractall(into)
-
-
 def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: bool):
     """The files of one corpus in ``raw``: found, extracted from its archive, or downloaded."""
     if corpus.folder is not None:
-        folder = raw / corpus.folder
-        first = [*folder.glob(f"*.{langs[0]}"), *folder.glob(f"*.{langs[0]}.gz")] if folder.is_dir() else []
-        stems = sorted({p.parent / re.sub(rf"\.{re.escape(langs[0])}(\.gz)?$", "", p.name) for p in first})
-        pairs = [{lang: present(stem.with_name(f"{stem.name}.{lang}")) or stem.with_name(f"{stem.name}.{lang}")
-                  for lang in langs} for stem in stems]
-        for pair in pairs:
-            if not pair[langs[1]].is_file():
-                raise Refusal(f"{task_name}: {pair[langs[0]]} has no partner {pair[langs[1]]}")
+        suffixes = (f".{langs[0]}", f".{langs[0]}.gz")
+        stems = sorted({str(p)[:-len(end)] for end in suffixes for p in (raw / corpus.folder).glob(f"*{end}")})
+        pairs = [{lang: present(f"{stem}.{lang}") for lang in langs} for stem in stems]
+        for stem, pair in zip(stems, pairs):
+            if not pair[langs[1]]:
+                raise Refusal(f"{task_name}: {pair[langs[0]]} has no partner {stem}.{langs[1]}")
         if not pairs:
             raise Refusal(missing_message(task_name, corpus, raw, langs))
         return pairs
@@ -367,7 +275,10 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
             raw.mkdir(parents=True, exist_ok=True)
             download(corpus.url, archive)
         if archive.is_file():
-            extract(archive, raw)
+            say(f"extracting {archive}")
+            with tarfile.open(archive) as tar:
+                tar.extraction_filter = getattr(tarfile, "data_filter", None)  # no absolute paths, no links out
+                tar.extractall(raw)
             found = find_layout(corpus, raw, langs)
             if found is None:
                 raise Refusal(f"{task_name}: {archive} did not hold the files of {corpus.name}; "
@@ -379,47 +290,36 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
 
 def locate_split(task, split: str, raw: Path, allow_download=True):
     """[(corpus, {lang: file})] of one split, in order; downloads and extracts what is missing."""
-    task = task_of(task)
-    task_name = task.name
-    langs = (task.src, task.tgt)
+    task = TASKS[task] if isinstance(task, str) else task
     return [(corpus, files) for corpus in task.splits[split]
-            for files in locate(task_name, corpus, raw, langs, allow_download)]
+            for files in locate(task.name, corpus, raw, (task.src, task.tgt), allow_download)]
 
 
 def write_split(task, split: str, located, targets: Dict[str, Path]) -> int:
     """Write the split's two sides (every corpus concatenated) to ``targets``; the pair count."""
-    task = task_of(task)
-    task_name = task.name
-    langs = (task.src, task.tgt)
+    task = TASKS[task] if isinstance(task, str) else task
+    src, tgt = task.src, task.tgt
     total = 0
-    with open(targets[langs[0]], "w", encoding="utf-8", newline="\n") as out_src, \
-            open(targets[langs[1]], "w", encoding="utf-8", newline="\n") as out_tgt:
+    with open(targets[src], "w", encoding="utf-8", newline="\n") as out_src, \
+            open(targets[tgt], "w", encoding="utf-8", newline="\n") as out_tgt:
         for corpus, files in located:
-            sides = {lang: read_side(files[lang], corpus.fields[lang] if corpus.fields else None) for lang in langs}
-            if len(sides[langs[0]]) != len(sides[langs[1]]):
-                raise Refusal(f"{task_name}: {corpus.name} is not line-aligned: "
-                              f"{files[langs[0]]} has {len(sides[langs[0]])} segments, "
-                              f"{files[langs[1]]} has {len(sides[langs[1]])}")
-            out_src.writelines(line + "\n" for line in sides[langs[0]])
-            out_tgt.writelines(line + "\n" for line in sides[langs[1]])
-            total += len(sides[langs[0]])
-            say(f"{split}: {corpus.name} ({files[langs[0]].name}): {len(sides[langs[0]]):,} pairs")
+            a, b = (read_side(files[lang], corpus.fields[lang] if corpus.fields else None) for lang in (src, tgt))
+            if len(a) != len(b):
+                raise Refusal(f"{task.name}: {corpus.name} is not line-aligned: "
+                              f"{files[src]} has {len(a)} segments, {files[tgt]} has {len(b)}")
+            out_src.writelines(line + "\n" for line in a)
+            out_tgt.writelines(line + "\n" for line in b)
+            total += len(a)
+            say(f"{split}: {corpus.name} ({files[src].name}): {len(a):,} pairs")
     return total
 
 
 def listing(task_name: str) -> str:
     task = TASKS[task_name]
-    langs = (task.src, task.tgt)
-    rows = [f"# {task_name}: raw folder from --raw-dir or ${task.raw_env}"]
-    if task.note:
-        rows.append(f"# {task.note}")
+    rows = [f"# {task_name}: raw folder from --raw-dir or ${task.raw_env}"] + [f"# {task.note}"] * bool(task.note)
     for split, corpora in task.splits.items():
         for corpus in corpora:
-            if corpus.folder:
-                rows.append(f"{split}\t{corpus.name}\t{corpus.folder}/NAME.{langs[0]} + NAME.{langs[1]}")
-                continue
-            for layout in corpus.layouts:
-                paths = " + ".join(layout[lang] for lang in langs)
-                source = corpus.url or corpus.where or ""
-                rows.append(f"{split}\t{corpus.name}\t{paths}\t{corpus.archive or ''}\t{source}")
+            source = "" if corpus.folder else f"\t{corpus.archive or ''}\t{corpus.url or corpus.where}"
+            rows += [f"{split}\t{corpus.name}\t{files}{source}"
+                     for files in _wanted(corpus, (task.src, task.tgt), Path())]
     return "\n".join(rows)

@@ -1,18 +1,13 @@
-"""Tokenisation, segmentation, detokenisation and length cleaning for the task recipes.
+"""Tokenisation, segmentation, detokenisation and length cleaning for the task recipes
+(docs/recipes.md, Preparation and Cleaning).
 
 Tokenisation, by language (tokenizer_name() names the rule; a prepared task records it; a code with
-a region, zh_CN or pt_BR, takes its language's rules):
-  zh  jieba word segmentation (accurate mode, with its HMM for unknown words);
-  ja  MeCab word segmentation through fugashi with the UniDic-lite dictionary;
-  any other language: Moses punctuation normalisation (with control characters removed),
-      then the Moses tokenizer (sacremoses; no aggressive hyphen splitting, no XML escaping:
-      both are one-to-one on tokens, so tokenised BLEU does not change, and outputs stay
-      readable), with the language's own rules (its nonbreaking prefixes) where sacremoses
-      has them; a language without them gets English's, as Moses' tokenizer.perl does (named
-      "moses (no rules for xx: English's, as tokenizer.perl)").
-Detokenisation: the Moses detokeniser of the language (its default rules where it has none); for
-zh and ja, the spaces between tokens are removed except between two letters or digits of a
-spaced script ("iPhone 6" keeps its space), as the text was before segmentation.
+a region, zh_CN or pt_BR, takes its language's rules): jieba for zh, MeCab (fugashi, UniDic-lite)
+for ja, and for any other language Moses punctuation normalisation (control characters removed),
+then the Moses tokenizer (sacremoses; no aggressive hyphen splitting, no XML escaping) with the
+language's nonbreaking prefixes, or English's where sacremoses has none, as tokenizer.perl does.
+Detokenisation: the language's Moses detokeniser; for zh and ja, the spaces between tokens are
+removed except between two letters or digits of a spaced script ("iPhone 6" keeps its space).
 Lines stay aligned: every input line gives one output line, empty or not. Each output is written
 whole (runner.atomic), so a half-written file never looks finished.
 """
@@ -21,6 +16,8 @@ import gzip
 import re
 import sys
 import zlib
+from contextlib import nullcontext
+from itertools import islice, zip_longest
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -38,13 +35,9 @@ def iter_lines(path):
     ``"\\r\\n"`` ending keeps its ``"\\r"``, as ``wc -l`` and fairseq see it. A byte-order mark at
     the start is removed. An undecodable byte is refused (runner.Refusal), naming file and line.
     """
-    name = "<stdin>" if str(path) == "-" else str(path)
-    if str(path) == "-":
-        handle = sys.stdin.buffer
-    elif str(path).endswith(".gz"):
-        handle = gzip.open(path, "rb")
-    else:
-        handle = open(path, "rb")
+    stdin = str(path) == "-"
+    name = "<stdin>" if stdin else str(path)
+    handle = sys.stdin.buffer if stdin else gzip.open(path, "rb") if name.endswith(".gz") else open(path, "rb")
     number = 0
     try:
         for number, raw in enumerate(handle, 1):
@@ -52,15 +45,15 @@ def iter_lines(path):
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise Refusal(f"{name}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at column "
-                                f"{error.start + 1}); convert the file to UTF-8") from None
+                              f"{error.start + 1}); convert the file to UTF-8") from None
             if number == 1 and line.startswith("\ufeff"):
                 line = line[1:]
             yield line[:-1] if line.endswith("\n") else line
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:  # a .gz cut short, or not gzip at all
         raise Refusal(f"{name}: not a whole gzip file after {number:,} lines ({error}); download or "
-                        "compress it again") from None
+                      "compress it again") from None
     finally:
-        if handle is not sys.stdin.buffer:
+        if not stdin:
             handle.close()
 
 
@@ -69,7 +62,9 @@ def read_lines(path):
     return list(iter_lines(path))
 
 
-SEGMENTED = {"zh": "jieba", "ja": "mecab"}  # languages written without spaces, and their segmenters
+# languages written without spaces, and the rule that segments each (as a prepared task records it)
+SEGMENTED = {"zh": "jieba", "ja": "mecab (fugashi, unidic-lite)"}
+AS_GIVEN = "as given (pretokenized)"  # the rule of prepare files --pretokenized: the text's own tokens
 
 
 def base_language(lang: str) -> str:
@@ -77,26 +72,16 @@ def base_language(lang: str) -> str:
     return lang.split("_")[0]
 
 
-def moses_has_rules(lang: str) -> bool:
-    """Whether sacremoses has nonbreaking prefixes (the Moses tokeniser's rules) for ``lang``."""
-    from sacremoses.corpus import NonbreakingPrefixes
-
-    return base_language(lang) in NonbreakingPrefixes().available_langs.values()
-
-
-AS_GIVEN = "as given (pretokenized)"  # the rule of prepare files --pretokenized: the text's own tokens
-
-
 def tokenizer_name(lang: str, pretokenized: bool = False) -> str:
     """The tokenisation rule used for ``lang``, as a prepared task records it."""
-    if pretokenized:
-        return AS_GIVEN
     lang = base_language(lang)
-    if lang == "zh":
-        return "jieba"
-    if lang == "ja":
-        return "mecab (fugashi, unidic-lite)"
-    return f"moses {lang}" if moses_has_rules(lang) else f"moses (no rules for {lang}: English's, as tokenizer.perl)"
+    if pretokenized or lang in SEGMENTED:
+        return AS_GIVEN if pretokenized else SEGMENTED[lang]
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    if lang in NonbreakingPrefixes().available_langs.values():
+        return f"moses {lang}"
+    return f"moses (no rules for {lang}: English's, as tokenizer.perl)"
 
 
 def make_tokenizer(lang: str, pretokenized: bool = False):
@@ -104,29 +89,25 @@ def make_tokenizer(lang: str, pretokenized: bool = False):
     already (``pretokenized``), its own tokens."""
     if pretokenized:
         return lambda line: line
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
     lang = base_language(lang)
+    if lang not in SEGMENTED:
+        normalizer, tokenizer = MosesPunctNormalizer(lang, post_remove_control_chars=True), MosesTokenizer(lang)
+        return lambda line: tokenizer.tokenize(normalizer.normalize(line), return_str=True, escape=False)
     if lang == "zh":
         import jieba
 
         jieba.setLogLevel(60)
         jieba.initialize()
-        from sacremoses import MosesPunctNormalizer
-
-        strip = MosesPunctNormalizer(post_remove_control_chars=True).remove_control_chars
-        return lambda line: " ".join(t for t in jieba.cut(strip(line)) if not t.isspace())
-    if lang == "ja":
+        segment = jieba.cut  # (accurate mode, with its HMM for unknown words)
+    else:
         import fugashi
 
         tagger = fugashi.Tagger("-Owakati")
-        from sacremoses import MosesPunctNormalizer
-
-        strip = MosesPunctNormalizer(post_remove_control_chars=True).remove_control_chars
-        return lambda line: " ".join(tagger.parse(strip(line)).split())
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
-    normalizer = MosesPunctNormalizer(lang, post_remove_control_chars=True)
-    tokenizer = MosesTokenizer(lang)
-    return lambda line: tokenizer.tokenize(normalizer.normalize(line), return_str=True, escape=False)
+        segment = lambda line: tagger.parse(line).split()  # noqa: E731
+    strip = MosesPunctNormalizer(post_remove_control_chars=True).remove_control_chars
+    return lambda line: " ".join(token for token in segment(strip(line)) if not token.isspace())
 
 
 def line_tokenizer(lang: str, pretokenized: bool = False):
@@ -134,18 +115,13 @@ def line_tokenizer(lang: str, pretokenized: bool = False):
     preparation collapses them in raw/ (corpora.clean_line), the language's tokeniser (none for
     ``pretokenized`` text), single spaces between tokens; a blank line stays empty."""
     tokenize = make_tokenizer(lang, pretokenized)
-
-    def tokenize_line(line: str) -> str:
-        line = " ".join(line.split())
-        return " ".join(tokenize(line).split()) if line else ""
-
-    return tokenize_line
+    return lambda line: " ".join(tokenize(" ".join(line.split())).split()) if line.split() else ""
 
 
 def make_detokenizer(lang: str, pretokenized: bool = False):
     """A function from tokens joined by spaces to text, as the recipes detokenise hypotheses
-    (the Moses detokeniser; score.py writes hyp.detok with it). A model of ``pretokenized`` text
-    writes tokens as its references have them: single spaces, nothing else changed."""
+    (score.py writes hyp.detok with it). A model of ``pretokenized`` text writes tokens as its
+    references have them: single spaces, nothing else changed."""
     if pretokenized:
         return lambda line: " ".join(line.split())
     lang = base_language(lang)
@@ -182,16 +158,15 @@ def looks_tokenized(lines, lang: str, at_least: int = 20):
     ("swimming ." "didn 't"), as a tokeniser leaves them. Fewer than ``at_least`` cases: None."""
     lines = list(lines)
     if base_language(lang) in SEGMENTED:
-        apart = sum(len(_CJK_SPACED.findall(line)) for line in lines)
-        together = sum(len(_CJK_JOINED.findall(line)) for line in lines)
-        what, share = "pairs of neighbouring CJK characters are separated by a space (segmented text)", 0.25
+        patterns, share = (_CJK_SPACED, _CJK_JOINED), 0.25
+        what = "pairs of neighbouring CJK characters are separated by a space (segmented text)"
     else:
-        # (French typography itself sets ? ! : ; apart from their word: only . , and clitics count there)
-        marks = (lambda found: [m for m in found if m.strip()[-1:] not in "?!:;"]) if base_language(lang) == "fr" \
-            else (lambda found: found)
-        apart = sum(len(marks(_MARK_APART.findall(line))) for line in lines)
-        together = sum(len(marks(_MARK_ATTACHED.findall(line))) for line in lines)
-        what, share = "word-final punctuation marks and clitics stand apart from their word, as after a tokeniser", 0.6
+        patterns, share = (_MARK_APART, _MARK_ATTACHED), 0.6
+        what = "word-final punctuation marks and clitics stand apart from their word, as after a tokeniser"
+    # (French typography itself sets ? ! : ; apart from their word: only . , and clitics count there)
+    uncounted = "?!:;" if base_language(lang) == "fr" else ""
+    apart, together = (sum(1 for line in lines for found in pattern.findall(line) if found.strip()[-1] not in uncounted)
+                       for pattern in patterns)
     if apart + together < at_least or apart < share * (apart + together):
         return None
     return f"{apart:,} of {apart + together:,} {what}"
@@ -206,61 +181,25 @@ def _tokenize_chunk(lines):
     return [_TOKENIZE(line) for line in lines]
 
 
-def _chunks(handle, size=2000):
-    chunk = []
-    for line in handle:
-        chunk.append(line.rstrip("\n"))
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _write(path: Path, chunks) -> int:
-    """The lines of ``chunks`` (lists of lines) written whole into ``path``; their number."""
-    count = 0
-    with atomic(path) as (part,), open(part, "w", encoding="utf-8", newline="\n") as out:
-        for lines in chunks:
-            out.writelines(line + "\n" for line in lines)
-            count += len(lines)
-    return count
-
-
 def tokenize_file(lang, source: Path, target: Path, workers=1, pretokenized=False):
-    """``source`` tokenised line by line into ``target`` (whole), by ``workers`` processes; a
-    progress line every minute."""
+    """``source`` tokenised line by line into ``target`` (whole), 2,000 lines at a time by ``workers``
+    processes; a progress line every minute."""
     progress = Progress(f"tokenise {lang} {source.name}{' (its own tokens)' if pretokenized else ''}: line", "lines")
-
-    def counted(results):
-        done = 0
-        for lines in results:
-            done += len(lines)
-            progress.at(done)
-            yield lines
-
-    with open(source, encoding="utf-8", newline="\n") as handle:
-        if workers > 1:
-            with Pool(workers, initializer=_init, initargs=(lang, pretokenized)) as pool:
-                count = _write(target, counted(pool.imap(_tokenize_chunk, _chunks(handle))))
-        else:
+    count = 0
+    with open(source, encoding="utf-8", newline="\n") as handle, \
+            (Pool(workers, _init, (lang, pretokenized)) if workers > 1 else nullcontext()) as pool, \
+            atomic(target) as (part,), open(part, "w", encoding="utf-8", newline="\n") as out:
+        if pool is None:
             _init(lang, pretokenized)
-            count = _write(target, counted(map(_tokenize_chunk, _chunks(handle))))
+        chunks = iter(lambda: [line.rstrip("\n") for line in islice(handle, 2000)], [])
+        for lines in (pool.imap if pool else map)(_tokenize_chunk, chunks):
+            count += len(lines)
+            progress.at(count)
+            out.writelines(line + "\n" for line in lines)
     say(f"tokenised {source.name} ({lang}): {count:,} lines")
 
 
-def _aligned(a, b):
-    """zip(a, b) that raises ValueError when one ends first (zip(strict=True) before Python 3.10)."""
-    missing = object()
-    for x, y in __import__("itertools").zip_longest(a, b, fillvalue=missing):
-        if x is missing or y is missing:
-            raise ValueError("one file ends before the other")
-        yield x, y
-
-
 MAX_TOKEN_CHARS = 100  # longer tokens (a URL, a run of symbols, a line without spaces) drop their pair
-
-
 DROP_WARNING = 0.05  # a cleaning that drops more than this share of the pairs says so, and how to keep them
 
 
@@ -276,7 +215,9 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
         with atomic(src_out, tgt_out) as parts, open(src_in, encoding="utf-8") as fs, \
                 open(tgt_in, encoding="utf-8") as ft, open(parts[0], "w", encoding="utf-8", newline="\n") as os_, \
                 open(parts[1], "w", encoding="utf-8", newline="\n") as ot:
-            for number, (s, t) in enumerate(_aligned(fs, ft), 1):
+            for s, t in zip_longest(fs, ft):  # (zip(strict=True) before Python 3.10)
+                if s is None or t is None:  # (atomic removes the temporaries: no output is touched)
+                    raise Refusal(f"{src_in} and {tgt_in} differ in length (one file ends before the other)")
                 ws, wt = s.split(), t.split()
                 ls, lt = len(ws), len(wt)
                 reason = ("token" if max(map(len, ws + wt), default=0) > max_token_chars else "empty" if not (ls and lt)
@@ -287,21 +228,19 @@ def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_tok
                     os_.write(s)
                     ot.write(t)
                     kept += 1
-    except UnicodeDecodeError as error:  # (atomic removed the temporaries: no output is touched)
+    except UnicodeDecodeError as error:
         raise Refusal(f"{src_in} or {tgt_in} is not UTF-8 ({error})") from None
-    except ValueError as error:  # _aligned: the files are not line-aligned
-        raise Refusal(f"{src_in} and {tgt_in} differ in length ({error})") from None
     dropped, total = sum(why.values()), kept + sum(why.values())
     say(f"clean: kept {kept:,} pairs, dropped {dropped:,}: {why['empty']:,} with an empty side, {why['long']:,} "
-          f"over {max_len} tokens, {why['ratio']:,} of a length ratio over {ratio:g}, {why['token']:,} with a token "
-          f"over {max_token_chars} characters")
+        f"over {max_len} tokens, {why['ratio']:,} of a length ratio over {ratio:g}, {why['token']:,} with a token "
+        f"over {max_token_chars} characters")
     if total and dropped > DROP_WARNING * total:
         options = {"ratio": f"--clean-ratio R over {ratio:g} keeps more of them", "long":
                    f"--clean-max-len N over {max_len} keeps more of them", "empty": "a pair with an empty side cannot "
                    "be trained on", "token": "such tokens are URLs or text without spaces"}
         reasons = ", ".join(f"{n:,} {options[k]}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]) if n)
         say(f"warning: cleaning dropped {dropped:,} of {total:,} training pairs ({100 * dropped / total:.1f}%): "
-              f"{reasons} (docs/recipes.md, Cleaning)")
+            f"{reasons} (docs/recipes.md, Cleaning)")
     return kept, why
 
 
