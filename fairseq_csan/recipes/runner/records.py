@@ -39,7 +39,7 @@ from .failure import Failed, Refusal, _command_name, say
 from .files import WriterLock, _temporary, atomic, listing
 
 
-EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
+_EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
 
 
 class Damaged(Refusal):
@@ -112,9 +112,9 @@ class Kind:
         except (ValueError, KeyError, TypeError) as error:
             raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
                           "hand or cut short: run the step that made it again") from None
-        if path.name == EXPORT_FILE and unsealed(folder, values):  # a model folder's seal of itself
+        if path.name == _EXPORT_FILE and unsealed(folder, values):  # a model folder's seal of itself
             raise Damaged(unsealed(folder, values))
-        if self.written and path.name not in (_WRITTEN_FILE, EXPORT_FILE):
+        if self.written and path.name not in (_WRITTEN_FILE, _EXPORT_FILE):
             _believed(path, data)
         return values
 
@@ -125,7 +125,7 @@ class Kind:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic(path) as (part,):
             part.write_text(json.dumps(values, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        if path.name not in (_WRITTEN_FILE, EXPORT_FILE):
+        if path.name not in (_WRITTEN_FILE, _EXPORT_FILE):
             _record_written([path], _command_name())
         return values
 
@@ -136,7 +136,7 @@ EVALUATION = Kind("evaluation", "evaluation.json", {
     "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
     "decoding": "text", "made_from": "json"}, earlier=("evaluation.env",))
 RESULTS = Kind("results", "results.json")  # score.py's figures (any fields; collect_results and the analyses read them)
-EXPORT = Kind("export", EXPORT_FILE)  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
+EXPORT = Kind("export", _EXPORT_FILE)  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
 _WRITTEN_FILE = ".written.json"
 _WRITTEN = Kind("written files", _WRITTEN_FILE, {"files": "json"})
 _STAMP = Kind("step stamp", "STEP.json", {"by": "text", "settings": "json", "inputs": "json", "outputs": "json",
