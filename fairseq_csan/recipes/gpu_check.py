@@ -3,12 +3,10 @@
 usage: python -m fairseq_csan.recipes.gpu_check [--out DIR] [--only tests,benchmark,multi30k]
            [--precisions fp32,fp16,bf16] [--lengths-from PREFIX] [--raw-dir DIR]
            [--multi30k-model tiny|small] [--multi30k-updates N] [--multi30k-seeds N] [--multi30k-jobs N]
-           [--multi30k-systems LIST]
-           [--budget-minutes N]
-           [--rehearse] [--dry-run]
-(scripts/gpu_check.sh is this command.)
+           [--multi30k-systems LIST] [--budget-minutes N] [--rehearse] [--dry-run]
+(scripts/gpu_check.sh is this command; docs/distributed.md says what each step checks and how.)
 
-The steps, each one command with its log in OUT/NAME.log (docs/distributed.md):
+The steps, each one command with its log in OUT/NAME.log:
   tests                        tests/test_gpu.py: fp16/bf16 against fp32 for every architecture,
                                incremental decoding, a fairseq-train --fp16 smoke run per family,
                                two-GPU data parallelism where there are two GPUs
@@ -18,33 +16,24 @@ The steps, each one command with its log in OUT/NAME.log (docs/distributed.md):
                                1..K (the first piece also the window sweep), the table of all of
                                them so far in OUT/multi30k/results.md
 
-Nothing need be prepared: the benchmark's sentence lengths are shipped with the package, and
-Multi30k is read where the README unpacks it (--raw-dir). On a machine without a GPU that is the
-first thing said; with one, a missing input stops it before any GPU work.
-
-Stopped at any moment (a job's time limit, Ctrl-C, a kill) and started again with the same
-arguments, it goes on where it stopped: a finished step is kept and says so (OUT/.steps/NAME.json
-holds its command, the machine and software it ran on, its outputs and its time: another
-machine, torch or device, or a missing table, runs it again), and a Multi30k run resumes from
-its last checkpoint. A SIGTERM, SIGINT or SIGHUP reaches every process of the running step. Each step's
-expected duration is printed before it starts (from the last run of that step on this machine,
-or an estimate). --budget-minutes N starts no step that would end after N minutes: it stops
-between steps with exit status 3, so that each job of a queue with a time limit makes progress.
-
---rehearse runs every step for real at toy size on the CPU (tiny models and batches, a few
-updates, one thread each): the same commands, logs, tables and summary as on a GPU, where the
-checks that need CUDA are skipped and named by pytest. It proves the plumbing before the first
-GPU hour is spent.
+Nothing need be prepared (the benchmark's lengths are shipped; Multi30k is read where the README
+unpacks it). Stopped at any moment and started again with the same arguments, it goes on where it
+stopped: a step is kept while its record (OUT/.steps/NAME.json: its command, the machine and
+software it ran on, its outputs, its time) says so, and a Multi30k run resumes from its last
+checkpoint. --budget-minutes N starts no step that would end after N minutes (exit status 3).
+--rehearse runs every step for real at toy size on the CPU, where the checks that need CUDA are
+skipped and named by pytest.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List
 
@@ -56,17 +45,16 @@ ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py)
 STEPS = ("tests", "benchmark", "multi30k")
 PRECISIONS = ("fp32", "fp16", "bf16")
 UNFINISHED = 3  # the exit status of a run stopped by its budget
-# toy size, for --rehearse: models, batches and runs small enough for a 2-core CPU
+# toy size, for --rehearse, by the step's kind: models, batches and runs small enough for a 2-core CPU
 TOY_MODEL = ("--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
              "--encoder-attention-heads 4 --decoder-attention-heads 4 --encoder-layers 3 --decoder-layers 2")
-TOY_BENCHMARK = ["--model-flags", TOY_MODEL, "--rounds", "1", "--warmup", "0", "--max-tokens", "512",
-                 "--batch-size", "8", "--vocab", "200", "--threads", "1"]
-TOY_CROSSOVER = ["--lengths", "32", "64", "--tokens", "512", "--rounds", "1", "--warmup", "0", "--threads", "1"]
-TOY_MULTI30K = ["--windows", "3", "--heads", "1", "--bootstrap-samples", "100"]
-# seconds a step is expected to take when it has not run here before (GPU: a benchmark step took 34 to
-# 50 s and a crossover 16 to 24 s on an NVIDIA H200 on 2026-11-27, docs/speed.md; the tests there took
-# 139 s in 8 processes, this one runs them in one; Multi30k is a guess. CPU: the rehearsal on the
-# project's 2-core machine)
+TOY = {"benchmark": ["--model-flags", TOY_MODEL, "--rounds", "1", "--warmup", "0", "--max-tokens", "512",
+                     "--batch-size", "8", "--vocab", "200", "--threads", "1"],
+       "crossover": ["--lengths", "32", "64", "--tokens", "512", "--rounds", "1", "--warmup", "0", "--threads", "1"],
+       "multi30k": ["--windows", "3", "--heads", "1", "--bootstrap-samples", "100"]}
+# seconds a step is expected to take when it has not run here before (GPU: a benchmark step took 34 to 50 s and a
+# crossover 16 to 24 s on an NVIDIA H200 on 2026-11-27, docs/speed.md; the tests there took 139 s in 8 processes,
+# this one runs them in one; Multi30k is a guess. CPU: the rehearsal on the project's 2-core machine)
 ESTIMATE = {False: {"tests": 600, "benchmark": 90, "crossover": 45, "multi30k": 900},
             True: {"tests": 30, "benchmark": 15, "crossover": 15, "multi30k": 120}}
 
@@ -76,14 +64,7 @@ class Step:
     name: str
     argv: List[str]  # after "python -m"
     kind: str
-
-    @property
-    def outputs(self) -> List[Path]:
-        """The tables it writes: its --out file (the Multi30k reproduction: its results.md)."""
-        if "--out" not in self.argv:
-            return []
-        out = Path(self.argv[self.argv.index("--out") + 1])
-        return [out / "results.md"] if self.kind == "multi30k" else [out]
+    outputs: List[Path] = field(default_factory=list)  # the tables it writes
 
     @property
     def shown(self) -> str:
@@ -92,14 +73,12 @@ class Step:
 
 def listed(allowed):
     """A comma-separated list of ``allowed`` names, at least one, none twice."""
-    parse = items(str, allowed=allowed)
-
-    def parse_some(text):
-        found = parse(text)
+    def parse(text):
+        found = items(str, allowed=allowed)(text)
         if not found:
             raise argparse.ArgumentTypeError(f"needs at least one of {', '.join(allowed)}")
         return found
-    return parse_some
+    return parse
 
 
 def parse(argv=None):
@@ -135,15 +114,13 @@ def parse(argv=None):
                    help="list the steps, and the input a run would stop at, and exit (works without a GPU)")
     args, _ = p.read(argv)
     steps_of = {"--precisions": "benchmark", "--lengths-from": "benchmark", "--raw-dir": "multi30k",
-                "--multi30k-model": "multi30k", "--multi30k-updates": "multi30k", "--multi30k-seeds": "multi30k",
-                "--multi30k-jobs": "multi30k", "--multi30k-systems": "multi30k"}
-    for flag, step in steps_of.items():
+                **{f"--multi30k-{o}": "multi30k" for o in ("model", "updates", "seeds", "jobs", "systems")}}
+    for flag, step in steps_of.items():  # a step's options, refused where --only leaves it out
         if getattr(args, flag[2:].replace("-", "_")) is not None and step not in args.only:
             raise Refusal(f"{flag} sets the {step} step, which --only {','.join(args.only)} leaves out")
     args.precisions = args.precisions or list(PRECISIONS)
     args.out = (args.out or Path("runs/gpu_rehearsal" if args.rehearse else "runs/gpu_check")).resolve()
-    if args.lengths_from is not None:
-        args.lengths_from = args.lengths_from.absolute()
+    args.lengths_from = args.lengths_from and args.lengths_from.absolute()
     args.raw_dir = Path(args.raw_dir or os.environ.get("MULTI30K") or "data/multi30k_raw").absolute()
     args.multi30k_model = args.multi30k_model or ("tiny" if args.rehearse else "small")
     args.multi30k_updates = args.multi30k_updates or (12 if args.rehearse else None)  # None: the model's
@@ -160,22 +137,19 @@ def parse(argv=None):
 
 
 def plan(args) -> List[Step]:
-    device = "cpu" if args.rehearse else "cuda"
+    device, toy = ("cpu", TOY) if args.rehearse else ("cuda", dict.fromkeys(TOY, []))
     steps = []
     if "tests" in args.only:
         steps.append(Step("tests", ["pytest", "-rs", "-v", str(ROOT / "tests" / "test_gpu.py")], "tests"))
     if "benchmark" in args.only:  # --force: a step redone replaces the table its benchmark wrote before
         lengths = ["--lengths-from", str(args.lengths_from)] if args.lengths_from else []
-        for precision in args.precisions:
-            for mode in ("train", "decode"):
-                steps.append(Step(f"benchmark-{mode}-{precision}", [
-                    "fairseq_csan.recipes.benchmark", "--mode", mode, "--device", device, "--precision", precision,
-                    "--all", *lengths, *(TOY_BENCHMARK if args.rehearse else []),
-                    "--out", str(args.out / f"benchmark_{mode}_{precision}.md"), "--force"], "benchmark"))
-            steps.append(Step(f"benchmark-crossover-{precision}", [
-                "fairseq_csan.recipes.benchmark", "--mode", "crossover", "--device", device, "--precision", precision,
-                *(TOY_CROSSOVER if args.rehearse else []),
-                "--out", str(args.out / f"benchmark_crossover_{precision}.md"), "--force"], "crossover"))
+        for precision, mode in itertools.product(args.precisions, ("train", "decode", "crossover")):
+            kind = "crossover" if mode == "crossover" else "benchmark"
+            out = args.out / f"benchmark_{mode}_{precision}.md"
+            steps.append(Step(f"benchmark-{mode}-{precision}", [
+                "fairseq_csan.recipes.benchmark", "--mode", mode, "--device", device, "--precision", precision,
+                *(["--all", *lengths] if kind == "benchmark" else []), *toy[kind], "--out", str(out), "--force"],
+                kind, [out]))
     if "multi30k" in args.only:
         for k in range(1, args.multi30k_seeds + 1):  # pieces: seeds 1..k; finished runs are kept, the table has all
             steps.append(Step(f"multi30k-seed{k}", [
@@ -184,8 +158,8 @@ def plan(args) -> List[Step]:
                 *(["--max-update", str(args.multi30k_updates)] if args.multi30k_updates else []),
                 "--seeds", ",".join(map(str, range(1, k + 1))),
                 *(["--systems", ",".join(args.multi30k_systems)] if args.multi30k_systems else []),
-                *(TOY_MULTI30K if args.rehearse else []), "--raw-dir", str(args.raw_dir),
-                "--out", str(args.out / "multi30k")], "multi30k"))
+                *toy["multi30k"], "--raw-dir", str(args.raw_dir), "--out", str(args.out / "multi30k")],
+                "multi30k", [args.out / "multi30k" / "results.md"]))
     return steps
 
 
@@ -200,31 +174,16 @@ def missing_input(args) -> str:
                 return (f"--lengths-from: no length source at {args.lengths_from}.{lang} (give an .en/.de pair, "
                         "e.g. newstest2014, or leave it out for the shipped one)")
     if "multi30k" in args.only:
-        for split in ("train", "val", "test_2016_flickr"):
-            for lang in ("en", "de"):
-                if not (args.raw_dir / f"{split}.{lang}").is_file() or not (args.raw_dir / f"{split}.{lang}").stat().st_size:
-                    return (f"--raw-dir: no Multi30k file {args.raw_dir}/{split}.{lang} (unpack Multi30k as the README "
-                            "shows, or give --raw-dir DIR)")
+        for split, lang in itertools.product(("train", "val", "test_2016_flickr"), ("en", "de")):
+            raw = args.raw_dir / f"{split}.{lang}"
+            if not raw.is_file() or not raw.stat().st_size:
+                return f"--raw-dir: no Multi30k file {raw} (unpack Multi30k as the README shows, or give --raw-dir DIR)"
     return ""
 
 
 # one step's record, OUT/.steps/NAME.json: its command, machine, status, time and outputs
 STEP_RECORD = Kind("gpu-check step", "STEP.json", {"command": "text", "machine": "text", "status": "text",
                                                    "seconds": "float", "finished": "text", "outputs": "list"})
-
-
-def run_step(step: Step, log: Path, env: dict) -> int:
-    """Run a step from the checkout (pytest runs there: its rootdir and conftest.py; the other
-    steps take absolute paths and run where gpu_check was started, as an installed package has no
-    clone to go to); a SIGTERM, SIGINT or SIGHUP to this command (a job's time limit, Ctrl-C)
-    goes to the step's whole process group (the trainings it starts included), which gets 20
-    seconds before it is killed; then this command ends. Its exit status."""
-    try:
-        run_child([sys.executable, "-m", *step.argv], log, env=env, cwd=ROOT if step.kind == "tests" else None,
-                  group=True, kill_after=20, name=step.name, record=True)
-    except Failed as error:
-        return error.code
-    return 0
 
 
 def minutes(seconds: float) -> str:
@@ -236,8 +195,8 @@ def device_text(args) -> str:
 
     if args.rehearse:
         return f"rehearsal on the CPU, torch {torch.__version__}"
-    name = torch.cuda.get_device_name(0)
-    return f"{torch.cuda.device_count()} GPU(s): {name}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    return (f"{torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda}")
 
 
 # the README's "Results at a glance" rows, by the architecture whose speed fills their last column
@@ -245,18 +204,9 @@ GLANCE = {"Transformer-base": "transformer", "+ 1D-CSAN": "transformer_csan1d", 
           "+ context-aware SANs": "transformer_ctxaware"}
 
 
-def table_rows(text: str) -> List[List[str]]:
-    """The cells of a Markdown table's body rows."""
-    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("|")]
-    return rows[2:]
-
-
 def paste_ready(args, machine: str, day: str, passed) -> str:
-    """The measured tables as the docs' own (README's Results at a glance, docs/speed.md's On a
-    GPU, examples/multi30k/README.md's Results), each headed by the device, its software and the
-    date. Only the tables in ``passed`` (the outputs of this plan's steps that passed on this
-    machine) are taken: a table left by a failed step or by another machine is not."""
+    """The measured tables laid out as the docs that await them, each headed by the device, its
+    software and the date; only those in ``passed`` (this plan's steps' that passed on this machine)."""
     where = f"{machine}, {day}"
     if args.rehearse:
         where += "; a REHEARSAL at toy size on the CPU, not figures to publish"
@@ -265,17 +215,17 @@ def paste_ready(args, machine: str, day: str, passed) -> str:
     train = args.out / f"benchmark_train_{precision}.md"
     readme = ROOT / "README.md"
     if train in passed and readme.is_file():
-        ratio = {row[0]: row[3] for row in table_rows(train.read_text(encoding="utf-8")) if len(row) >= 4}
+        rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+                for line in train.read_text(encoding="utf-8").splitlines() if line.startswith("|")]
+        ratio = {row[0]: row[3] for row in rows[2:] if len(row) >= 4}  # the table's body: architecture -> ratio
         text = readme.read_text(encoding="utf-8")
         start = text.find("| model | paper BLEU | paper speed |")
         glance = text[start:text.find("\n\n", start)].splitlines() if start >= 0 else []
         if len(glance) > 2 and all(arch in ratio for arch in GLANCE.values()):
             # one more column beside the CPU's
             head = glance[0].rstrip() + f" our speed ({where}, {precision}, [docs/speed.md](docs/speed.md)) |"
-            body = []
-            for row in glance[2:]:
-                arch = GLANCE.get(row.strip().strip("|").split("|")[0].strip())
-                body.append(row.rstrip() + (f" {float(ratio[arch]):.2f}x |" if arch else " |"))
+            archs = [GLANCE.get(row.strip().strip("|").split("|")[0].strip()) for row in glance[2:]]  # by model name
+            body = [row.rstrip() + (f" {float(ratio[a]):.2f}x |" if a else " |") for row, a in zip(glance[2:], archs)]
             blocks.append("README.md, Results at a glance (training speed, ratio to the Transformer):\n\n"
                           + "\n".join([head, glance[1].rstrip() + "---:|", *body]))
     speed = [args.out / f"benchmark_{mode}_{p}.md" for p in args.precisions for mode in ("train", "decode", "crossover")]
@@ -322,12 +272,6 @@ def claim(args) -> None:
     WriterLock(args.out, folder=True, what="gpu_check").acquire()  # held to the end
 
 
-def kept(step: Step, record: dict, machine: str) -> bool:
-    """A step finished before: the same command, on the same machine and software, passed, its outputs there."""
-    return (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
-        and all(Path(path).exists() for path in record.get("outputs", []))
-
-
 def run_steps(args, steps: List[Step], machine: str) -> list:
     """Each step, or kept; none started that would end after the budget (exit status 3)."""
     stamps, env = args.out / ".steps", dict(os.environ)
@@ -340,7 +284,9 @@ def run_steps(args, steps: List[Step], machine: str) -> list:
         except Damaged:
             record = {}
         log = args.out / f"{step.name}.log"
-        if kept(step, record, machine):
+        # kept: it finished before with the same command, on the same machine and software, passed, its outputs there
+        if (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
+                and all(Path(path).exists() for path in record.get("outputs", [])):
             say(f"{number}/{len(steps)} {step.name}: finished before ({record['finished']}, {minutes(record['seconds'])}); kept")
             results.append((step.name, "passed", record["seconds"], log))
             continue
@@ -354,7 +300,15 @@ def run_steps(args, steps: List[Step], machine: str) -> list:
                 f"{len(steps) - number + 1} step(s) to go: run the same command again to go on")
             raise SystemExit(UNFINISHED)
         say(f"{number}/{len(steps)} {step.name}: expected about {minutes(expected)} ({source}): {step.shown}")
-        begun, status, ran = time.time(), run_step(step, log, env), ran + 1
+        begun, status, ran = time.time(), 0, ran + 1
+        # pytest runs in the checkout (its rootdir and conftest.py), the other steps where gpu_check was started (an
+        # installed package has no clone); a SIGTERM, SIGINT or SIGHUP to this command (a job's time limit, Ctrl-C)
+        # goes to the step's whole process group (its trainings included), which gets 20 s before it is killed
+        try:
+            run_child([sys.executable, "-m", *step.argv], log, env=env, cwd=ROOT if step.kind == "tests" else None,
+                      group=True, kill_after=20, name=step.name, record=True)
+        except Failed as error:
+            status = error.code
         seconds, outcome = time.time() - begun, "passed" if status == 0 else f"FAILED (exit {status})"
         STEP_RECORD.write(stamps, {"command": step.shown, "machine": machine, "status": outcome.split(" ")[0].lower(),
                                    "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M"),
@@ -368,7 +322,7 @@ def report(args, steps: List[Step], results: list, machine: str) -> None:
     """The summary (OUT/summary.md) and the tables as the docs lay them out (OUT/paste.md); exit 1
     where a step failed."""
     day = time.strftime('%Y-%m-%d', time.gmtime())
-    summary = [f"GPU check summary ({device_text(args)}, {day})"]
+    summary = [f"GPU check summary ({machine}, {day})"]
     summary += [f"  {name}: {outcome} in {minutes(seconds)}, log {log}" for name, outcome, seconds, log in results]
     tests_log = args.out / "tests.log"
     if "tests" in args.only and tests_log.is_file():

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis.common import pyplot, read_lines, save_figure, write_table
+from .analysis.common import figure, read_lines, write_table
 from .command_line import Parser, items, positive
 from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since,
                      listing, made_from, run_child, say, shell_words, stamped_change, stop_children, write_file)
@@ -58,6 +58,11 @@ SYSTEMS = {  # name in the table -> architecture
 }
 BASELINE = "transformer"
 CONTEXT_AWARE = ("ctxaware", "csan2d_ctxaware")
+BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`
+# train.sh's options, fairseq-train's extra ones and evaluate.sh's, by --device: the CPU (train.sh --cpu-tiny)
+# or one GPU in fp16 shared by the runs (the model's batches, one per update, as on the CPU)
+HARDWARE = {"cpu": (["--cpu-tiny"], [], ["--cpu"]),
+            "cuda": (["--gpus", "1", "--precision", "fp16"], ["--update-freq", "1"], [])}
 
 # The models (--model). Both have 4 heads and 6 encoder layers, so that CSAN's lowest 3 of 6
 # layers are as in the papers; each variant keeps its papers' settings (window 11, 2D area of
@@ -79,10 +84,8 @@ MODELS = {
 
 
 def training_args(max_update, size="tiny"):
-    """Vaswani et al.'s schedule with the model's warm-up and peak (a short warm-up and a higher
-    peak for a short run), its batches (1024 tokens for tiny, as scripts/train.sh --cpu-tiny);
-    12 checkpoints over the run (every 100 updates of 1200), of which the last 5 are kept and
-    averaged."""
+    """Vaswani et al.'s schedule with the model's batches, warm-up and peak (a short warm-up and a
+    higher peak for a short run); 12 checkpoints over the run, of which the last 5 are kept and averaged."""
     every = max(1, max_update // 12)
     m = MODELS[size]
     warmup = min(m["warmup"], max(1, max_update // m["warmup_share"])) if "warmup_share" in m else m["warmup"]
@@ -91,24 +94,9 @@ def training_args(max_update, size="tiny"):
             "--log-interval", str(max(1, min(50, max_update // 8)))]
 
 
-def hardware(device):
-    """train.sh's options, fairseq-train's extra ones and evaluate.sh's, for --device: the CPU
-    (train.sh --cpu-tiny) or one GPU in fp16 shared by the runs (the model's batches, one per
-    update, as on the CPU)."""
-    if device == "cuda":
-        return ["--gpus", "1", "--precision", "fp16"], ["--update-freq", "1"], []
-    return ["--cpu-tiny"], [], ["--cpu"]
-
-
-BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`
-
-
 def cores():
     """The cores this process may use (affinity and container limits included, where known)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 # ---- significance ---------------------------------------------------------------------------
@@ -116,18 +104,15 @@ def cores():
 def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=BOOTSTRAP_SEED):
     """Paired bootstrap resampling (Koehn 2004) of the difference in mean sacreBLEU over seeds.
 
-    ``baseline_runs`` and ``system_runs`` are lists of hypothesis lists (one per seed). Every
-    resample draws test sentences with replacement, the same ones for every run, and the
-    statistic is mean-over-seeds BLEU(system) - mean-over-seeds BLEU(baseline). The p-value is
-    sacreBLEU's: the share of mean-centred resampled |differences| above the observed one, with
-    +1 smoothing; with one seed each, it equals `sacrebleu --paired-bs`. Also returns the
-    2.5th-97.5th percentile interval of the resampled difference.
-    """
+    ``baseline_runs`` and ``system_runs`` hold one hypothesis list per seed. Every resample draws
+    test sentences with replacement, the same ones for every run; the statistic is the mean BLEU
+    over the system's seeds minus the baseline's. The p-value is sacreBLEU's (the share of
+    mean-centred resampled |differences| above the observed one, +1 smoothing; with one seed each
+    it equals `sacrebleu --paired-bs`); "ci" is the 2.5th-97.5th percentile of the difference."""
     from sacrebleu.metrics import BLEU
 
-    # per-sentence sufficient statistics through sacreBLEU's public API: a sentence's score
-    # carries its lengths and n-gram counts (effective order changes only that sentence's own
-    # score, which is not used); a resample's corpus BLEU is compute_bleu of their sums, with
+    # per-sentence statistics through sacreBLEU's public API (a sentence's lengths and n-gram counts; effective
+    # order changes only its own score, unused); a resample's corpus BLEU is compute_bleu of their sums, with
     # BLEU()'s defaults (13a tokenisation, exponential smoothing)
     sentence = BLEU(effective_order=True)
     orders = sentence.max_ngram_order
@@ -136,19 +121,16 @@ def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=B
         scores = [sentence.sentence_score(h, [r]) for h, r in zip(hypotheses, refs)]
         return np.array([[s.sys_len, s.ref_len, *s.counts, *s.totals] for s in scores], dtype="float64")
 
-    stats_base = [statistics_of(h) for h in baseline_runs]
-    stats_sys = [statistics_of(h) for h in system_runs]
+    stats_base, stats_sys = [statistics_of(h) for h in baseline_runs], [statistics_of(h) for h in system_runs]
 
-    def score(stats):
-        total = stats.sum(0)
-        return BLEU.compute_bleu(correct=total[2:2 + orders], total=total[2 + orders:], sys_len=int(total[0]),
-                                 ref_len=int(total[1]), smooth_method="exp").score
+    def mean_bleu(runs, sentences):
+        totals = [stats[sentences].sum(0) for stats in runs]
+        return statistics.fmean(BLEU.compute_bleu(correct=t[2:2 + orders], total=t[2 + orders:], sys_len=int(t[0]),
+                                                  ref_len=int(t[1]), smooth_method="exp").score for t in totals)
 
-    observed = (statistics.fmean(score(s) for s in stats_sys) - statistics.fmean(score(s) for s in stats_base))
-    rng = np.random.default_rng(seed)
-    indices = rng.choice(len(refs), size=(samples, len(refs)), replace=True)
-    diffs = np.array([statistics.fmean(score(s[i]) for s in stats_sys) - statistics.fmean(score(s[i]) for s in stats_base)
-                      for i in indices])
+    observed = mean_bleu(stats_sys, slice(None)) - mean_bleu(stats_base, slice(None))
+    indices = np.random.default_rng(seed).choice(len(refs), size=(samples, len(refs)), replace=True)
+    diffs = np.array([mean_bleu(stats_sys, i) - mean_bleu(stats_base, i) for i in indices])
     absolute = np.abs(diffs)
     p_value = (np.sum(absolute - absolute.mean() > abs(observed)) + 1) / (samples + 1)
     low, high = np.percentile(diffs, [2.5, 97.5])
@@ -158,12 +140,10 @@ def seed_pooled_bootstrap(refs, baseline_runs, system_runs, samples=1000, seed=B
 # ---- the runs -------------------------------------------------------------------------------
 
 def kept(folder, binary, what: str) -> bool:
-    """A run's or sweep point's evaluation is kept when it finished (``eval/results.json``, which
-    scoring writes last) and is of the task as it is now. Its record's ``made_from`` (the
-    dictionaries, training and validation data) must be what ``binary`` holds, else it is refused,
-    before anything trains: its scores and checkpoints are of other data. When an input of its
-    steps changed since (a test set prepared again), it is not kept: evaluated again, its training
-    kept (train.py leaves a finished run)."""
+    """A run's or sweep point's evaluation is kept when it finished (``eval/results.json``, written
+    last) and is of the task as it is now. Trained on other data than ``binary`` holds (its record's
+    ``made_from``) it is refused; with a test set prepared again since, it is evaluated again (its
+    training kept: train.py leaves a finished run)."""
     evaluation = folder / "eval"
     if RESULTS.read(evaluation) is None:
         return False
@@ -193,37 +173,42 @@ def call(command, log_path, env):
 
 
 def main_run(args, data, system, seed, env):
-    """Train and evaluate one system with one seed; kept when already finished."""
+    """Train and evaluate one system with one seed."""
     run = args.out / "runs" / system / f"seed{seed}"
-    if kept(run, data / "data-bin", "the run"):
-        return run, None
-    run.mkdir(parents=True, exist_ok=True)
-    started = time.time()
-    train, extra, evaluate = hardware(args.device)
-    call([*PYTHON, "fairseq_csan.recipes.train", "--data", data, "--arch", SYSTEMS[system], "--save-dir",
-          run / "checkpoints", *train, "--max-update", str(args.max_update), "--seed", str(seed),
-          "--", *MODELS[args.model]["model"], *training_args(args.max_update, args.model), *extra], run / "train.out", env)
-    call([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", data, "--checkpoints", run / "checkpoints",
-          "--out", run / "eval", *evaluate, "--last", "5", "--name", system], run / "eval.out", env)
-    return run, time.time() - started
+    train, _, evaluate = HARDWARE[args.device]
+    return timed(data, run, "the run", env, [
+        ([*PYTHON, "fairseq_csan.recipes.train", "--data", data, "--arch", SYSTEMS[system], "--save-dir",
+          run / "checkpoints", *train, *training(args, seed)], run / "train.out"),
+        ([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", data, "--checkpoints", run / "checkpoints",
+          "--out", run / "eval", *evaluate, "--last", "5", "--name", system], run / "eval.out")])
 
 
 def sweep_run(args, data, kind, value, env):
     """One point of the window/area sweep (scripts/sweep.sh), seed 1, dev set."""
-    name = f"csan1d_window{value}" if kind == "window" else f"csan2d_heads{value}"
-    folder = args.out / "sweep"
-    if kept(folder / name, data / "data-bin", "the sweep point"):
-        return folder / name, None
-    folder.mkdir(parents=True, exist_ok=True)
+    name, folder = f"csan1d_window{value}" if kind == "window" else f"csan2d_heads{value}", args.out / "sweep"
+    # sweep.sh's --cpu-tiny, or the GPU's options of train.sh
+    sweep_mode = ["--cpu-tiny", "--"] if args.device == "cpu" else ["--", *HARDWARE["cuda"][0]]
+    return timed(data, folder / name, "the sweep point", env, [
+        ([*PYTHON, "fairseq_csan.recipes.sweep", "--data", data, "--out", folder, "--windows",
+          str(value) if kind == "window" else "", "--heads", str(value) if kind == "heads" else "", *sweep_mode,
+          *training(args, 1)], folder / f"{name}.out")])
+
+
+def training(args, seed) -> list:
+    """train.sh's last options and, after its --, fairseq-train's: the model, its training and the device's."""
+    return ["--max-update", str(args.max_update), "--seed", str(seed), "--", *MODELS[args.model]["model"],
+            *training_args(args.max_update, args.model), *HARDWARE[args.device][1]]
+
+
+def timed(data, folder, what, env, commands):
+    """Run ``commands`` ((argv, log) pairs) unless ``folder`` is kept: (folder, their seconds or None)."""
+    if kept(folder, data / "data-bin", what):
+        return folder, None
     started = time.time()
-    train, extra, _ = hardware(args.device)
-    sweep_mode = ["--cpu-tiny", "--"] if args.device == "cpu" else ["--", *train]  # sweep.sh's --cpu-tiny or train.sh's
-    call([*PYTHON, "fairseq_csan.recipes.sweep", "--data", data, "--out", folder,
-          "--windows", str(value) if kind == "window" else "", "--heads", str(value) if kind == "heads" else "",
-          *sweep_mode, "--max-update", str(args.max_update), "--seed", "1", "--", *MODELS[args.model]["model"],
-          *training_args(args.max_update, args.model), *extra],
-         folder / f"{name}.out", env)
-    return folder / name, time.time() - started
+    for command, log in commands:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        call(command, log, env)
+    return folder, time.time() - started
 
 
 def finished_one(args, job, folder, seconds, shared, counts) -> None:
@@ -238,8 +223,8 @@ def finished_one(args, job, folder, seconds, shared, counts) -> None:
         settings = REPRODUCTION.read(args.out)
         settings["trained"].setdefault(f"{system}/seed{value}", shared)
         REPRODUCTION.write(args.out, settings)
-    results = RESULTS.read(folder / "eval")
-    say(f"{counts[0]}/{counts[1]} {label}: sacreBLEU {results['sacrebleu']:.2f} ({'test' if kind == 'main' else 'dev'}) "
+    score = RESULTS.read(folder / "eval")["sacrebleu"]
+    say(f"{counts[0]}/{counts[1]} {label}: sacreBLEU {score:.2f} ({'test' if kind == 'main' else 'dev'}) "
         f"in {seconds / 60:.1f} min; {(time.time() - counts[2]) / 60:.0f} min so far")
 
 
@@ -257,16 +242,14 @@ def run_all(args, data):
         kind, system, value = job
         return main_run(args, data, system, value, env) if kind == "main" else sweep_run(args, data, kind, value, env)
 
-    counts, failures = [0, len(jobs), time.time()], []
+    counts, failures, shared = [0, len(jobs), time.time()], [], {"runs_at_a_time": workers, "threads": threads}
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = {pool.submit(work, job): job for job in jobs}
         try:
             for future in concurrent.futures.as_completed(futures):
-                if future.cancelled():
-                    continue
                 try:
-                    finished_one(args, futures[future], *future.result(), {"runs_at_a_time": workers, "threads": threads},
-                                 counts)
+                    if not future.cancelled():
+                        finished_one(args, futures[future], *future.result(), shared, counts)
                 except (Failed, KeyboardInterrupt) as error:
                     if not failures:  # the first failure: the other runs are stopped (they end as interrupted)
                         failures.append(str(error) or "interrupted")
@@ -291,13 +274,10 @@ def run_all(args, data):
 
 def load_runs(args):
     """{system: [(seed, results dict, hyp.detok lines, run folder)]}, every run finished."""
-    runs = {}
-    for system in args.systems:
-        for seed in args.seeds:
-            run = args.out / "runs" / system / f"seed{seed}"
-            results = RESULTS.read(run / "eval")
-            runs.setdefault(system, []).append((seed, results, read_lines(run / "eval" / "hyp.detok"), run))
-    return runs
+    folders = {system: [(seed, args.out / "runs" / system / f"seed{seed}") for seed in args.seeds]
+               for system in args.systems}
+    return {system: [(seed, RESULTS.read(run / "eval"), read_lines(run / "eval" / "hyp.detok"), run)
+                     for seed, run in runs] for system, runs in folders.items()}
 
 
 def results_table(args, runs, refs):
@@ -306,65 +286,50 @@ def results_table(args, runs, refs):
     base = runs.get(BASELINE)
     rows, records = [], []
     for system, seeds in runs.items():
-        scores = [r["sacrebleu"] for _, r, _, _ in seeds]
+        results = [r for _, r, _, _ in seeds]
+        scores, trained = [r["sacrebleu"] for r in results], [r["train"] for r in results if r.get("train")]
         mean, sd = statistics.fmean(scores), (statistics.stdev(scores) if len(scores) > 1 else 0.0)
-        speeds = [r["train"]["steps_per_s"] for _, r, _, _ in seeds if r.get("train") and r["train"]["steps_per_s"]]
-        params = next((r["train"]["params"] for _, r, _, _ in seeds if r.get("train")), None)
+        speeds = [t["steps_per_s"] for t in trained if t["steps_per_s"]]
+        params = trained[0]["params"] if trained else None
         record = {"system": system, "arch": SYSTEMS[system], "params": params, "seeds": [s for s, *_ in seeds],
-                  "sacrebleu": scores, "mean": mean, "sd": sd,
-                  "bleu_tok": [r["bleu_tok"] for _, r, _, _ in seeds],
+                  "sacrebleu": scores, "mean": mean, "sd": sd, "bleu_tok": [r["bleu_tok"] for r in results],
                   "steps_per_s": statistics.fmean(speeds) if speeds else None,
-                  "signature": seeds[0][1]["sacrebleu_signature"]}
-        delta = p_text = ci_text = per_seed = "–"
+                  "signature": results[0]["sacrebleu_signature"]}
+        tests = ["–"] * 4  # Δ, p (seeds pooled), 95% CI of Δ, p per seed
         if base and system != BASELINE:
             pooled = seed_pooled_bootstrap(refs, [h for *_, h, _ in base], [h for *_, h, _ in seeds], args.bootstrap_samples)
             singles = [seed_pooled_bootstrap(refs, [b[2]], [s[2]], args.bootstrap_samples) for b, s in zip(base, seeds)]
             record.update(bootstrap=pooled, bootstrap_per_seed=singles)
-            delta = f"{pooled['delta']:+.2f}{mark(pooled['delta'], pooled['p_value'])}"
-            p_text = f"{pooled['p_value']:.3f}"
-            ci_text = f"[{pooled['ci'][0]:+.2f}, {pooled['ci'][1]:+.2f}]"
-            per_seed = " ".join(f"{s['p_value']:.3f}{mark(s['delta'], s['p_value'])}" for s in singles)
+            tests = [f"{pooled['delta']:+.2f}{mark(pooled['delta'], pooled['p_value'])}", f"{pooled['p_value']:.3f}",
+                     f"[{pooled['ci'][0]:+.2f}, {pooled['ci'][1]:+.2f}]",
+                     " ".join(f"{s['p_value']:.3f}{mark(s['delta'], s['p_value'])}" for s in singles)]
         rows.append([system, SYSTEMS[system], f"{params / 1e6:.2f}M" if params else "?",
                      f"{record['steps_per_s']:.2f}" if record["steps_per_s"] else "?",
-                     f"{mean:.2f} ± {sd:.2f}", " ".join(f"{v:.2f}" for v in scores), delta, p_text, ci_text,
-                     per_seed, f"{statistics.fmean(record['bleu_tok']):.2f}"])
+                     f"{mean:.2f} ± {sd:.2f}", " ".join(f"{v:.2f}" for v in scores), *tests,
+                     f"{statistics.fmean(record['bleu_tok']):.2f}"])
         records.append(record)
     return header, rows, records
 
 
 def plot_results(records, path):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(1.6 * len(records) + 1, 3.4))
-    for x, record in enumerate(records):
-        ax.bar(x, record["mean"], yerr=record["sd"], capsize=4, color="tab:gray" if record["system"] == BASELINE else "tab:blue",
-               alpha=0.6)
-        ax.scatter([x] * len(record["sacrebleu"]), record["sacrebleu"], color="black", s=12, zorder=3)
-    ax.set_xticks(range(len(records)), [r["system"] for r in records], rotation=20)
-    low = min(min(r["sacrebleu"]) for r in records)
-    high = max(max(r["sacrebleu"]) for r in records)
-    ax.set_ylim(max(0, low - 2), high + 1)
-    ax.set_ylabel("sacreBLEU, test_2016_flickr")
-    fig.tight_layout()
-    save_figure(fig, path)
+    with figure(path, figsize=(1.6 * len(records) + 1, 3.4)) as (ax,):
+        for x, record in enumerate(records):
+            ax.bar(x, record["mean"], yerr=record["sd"], capsize=4, alpha=0.6,
+                   color="tab:gray" if record["system"] == BASELINE else "tab:blue")
+            ax.scatter([x] * len(record["sacrebleu"]), record["sacrebleu"], color="black", s=12, zorder=3)
+        ax.set_xticks(range(len(records)), [r["system"] for r in records], rotation=20)
+        scores = [score for r in records for score in r["sacrebleu"]]
+        ax.set_ylim(max(0, min(scores) - 2), max(scores) + 1)
+        ax.set_ylabel("sacreBLEU, test_2016_flickr")
 
 
 ANALYSES = ("ngram_gap", "length_buckets", "gate_weights", "gate_weights_pos", "window_sweep")  # their file stems
-
-
 POOLED = ("ref.tok", "src.tok", *(f"{system}.tok" for system in SYSTEMS))  # in OUT/analysis/pooled
 
 
-def analysis_outputs(out: Path) -> list:
-    """What the reproduction writes in OUT/analysis: the pooled files and each analysis's table and plot."""
-    folder = out / "analysis"
-    return [*(folder / "pooled" / name for name in POOLED),
-            *(folder / f"{stem}.{ext}" for stem in ANALYSES for ext in ("csv", "md", "png"))]
-
-
 def check_analysis_folder(out: Path) -> None:
-    """OUT/analysis is rewritten on every run: a file there that the reproduction or its analyses
-    did not write (the records of what the kit wrote), or one changed since, is refused before
-    anything trains, not deleted."""
+    """A file in OUT/analysis (rewritten on every run) that the reproduction or its analyses did not
+    write (the kit's records say), or one changed since, is refused before anything trains, not deleted."""
     foreign = theirs([out / "analysis"], ("multi30k", *ANALYSES[:2], "gate_weights", "window_sweep"), changed=True)
     if foreign:
         raise Refusal(f"{out / 'analysis'} holds files the reproduction did not write ({listing(foreign)}), or changed "
@@ -373,45 +338,39 @@ def check_analysis_folder(out: Path) -> None:
 
 def analyses(args, data, runs):
     """The analysis commands on these runs, into OUT/analysis (rewritten each time)."""
-    out = args.out / "analysis"
+    out, pooled = args.out / "analysis", args.out / "analysis" / "pooled"
     check_analysis_folder(args.out)
-    forget_written(analysis_outputs(args.out))  # nothing left over from a run with other systems
-    pooled = out / "pooled"
+    # nothing left over from a run with other systems: every file the reproduction may write there is forgotten
+    forget_written([*(pooled / name for name in POOLED),
+                    *(out / f"{stem}.{ext}" for stem in ANALYSES for ext in ("csv", "md", "png"))])
     pooled.mkdir(parents=True, exist_ok=True)
     # n-gram precisions and BLEU are corpus sums, so the seeds' outputs are pooled by
     # concatenating them against the reference (and source) repeated once per seed
-    n_seeds = len(args.seeds)
-    for name, source in (("ref.tok", data / "tok/test.de"), ("src.tok", data / "tok/test.en")):
-        write_file(pooled / name, "".join(Path(source).read_text(encoding="utf-8") for _ in range(n_seeds)))
-    for system, seeds in runs.items():
-        write_file(pooled / f"{system}.tok", "".join((run / "eval" / "hyp.tok").read_text(encoding="utf-8")
-                                                      for *_, run in seeds))
-    analysis = "fairseq_csan.recipes.analysis."
+    sources = {"ref.tok": [data / "tok/test.de"] * len(args.seeds), "src.tok": [data / "tok/test.en"] * len(args.seeds),
+               **{f"{system}.tok": [run / "eval" / "hyp.tok" for *_, run in seeds] for system, seeds in runs.items()}}
+    for name, files in sources.items():
+        write_file(pooled / name, "".join(f.read_text(encoding="utf-8") for f in files))
     others = [f"--system={s}={pooled / f'{s}.tok'}" for s in runs if s != BASELINE]
-    commands = []
+    commands = {}  # analysis -> its options before --out
     if BASELINE in runs and others:
         base = f"--baseline={BASELINE}={pooled / f'{BASELINE}.tok'}"
-        commands.append([sys.executable, "-m", analysis + "ngram_gap", "--ref", pooled / "ref.tok", base, *others,
-                         "--out", out])
-        commands.append([sys.executable, "-m", analysis + "length_buckets", "--src", pooled / "src.tok", "--ref",
-                         pooled / "ref.tok", base, *others, "--groups", "5", "--out", out])
+        commands["ngram_gap"] = ["--ref", pooled / "ref.tok", base, *others]
+        commands["length_buckets"] = ["--src", pooled / "src.tok", "--ref", pooled / "ref.tok", base, *others,
+                                      "--groups", "5"]
     first = args.seeds.index(1) if 1 in args.seeds else 0  # seed 1, else the first seed given
     gated = [f"--model={s}={runs[s][first][3] / 'eval' / 'averaged.pt'}" for s in CONTEXT_AWARE if s in runs]
     if gated:
-        commands.append([sys.executable, "-m", analysis + "gate_weights", *gated, "--data", data, "--cpu",
-                         "--out", out])
+        commands["gate_weights"] = [*gated, "--data", data, "--cpu"]
     if args.windows or args.heads:
-        commands.append([sys.executable, "-m", analysis + "window_sweep", "--sweep", args.out / "sweep",
-                         "--metric", "sacrebleu", "--out", out])
-    for command in commands:
-        run_child(command, name=command[2].rpartition(".")[2])
-        say(f"analysis: {command[2].rpartition('.')[2]} -> {out}")
+        commands["window_sweep"] = ["--sweep", args.out / "sweep", "--metric", "sacrebleu"]
+    for name, options in commands.items():
+        run_child([*PYTHON, f"fairseq_csan.recipes.analysis.{name}", *options, "--out", out], name=name)
+        say(f"analysis: {name} -> {out}")
 
 
 def report(args, data):
     runs = load_runs(args)
-    refs = read_lines(data / "raw" / "test.de")
-    header, rows, records = results_table(args, runs, refs)
+    header, rows, records = results_table(args, runs, read_lines(data / "raw" / "test.de"))
     settings = REPRODUCTION.read(args.out)
     shares = {(shared["runs_at_a_time"], shared["threads"]) for key, shared in settings["trained"].items()
               if key in {f"{system}/seed{seed}" for system in args.systems for seed in args.seeds}}
@@ -424,10 +383,9 @@ def report(args, data):
             f"resamples of the test sentences) of Δ; p per seed: the same test for each seed against the "
             f"{BASELINE} with that seed (sacreBLEU's --paired-bs). ⇑/↑: better at p < 0.01/0.05, ⇓/↓: worse; "
             f"no mark: not significant. Train steps/s: mean of fairseq's ups over each run, {sharing}.")
-    text = write_table(args.out / "results.csv", args.out / "results.md", header, rows, note)
+    write_table([args.out / "results.csv", args.out / "results.md"], header, rows, note)
     TABLE.write(args.out, {"records": records})
     plot_results(records, args.out / "results.png")
-    print(text)
     analyses(args, data, runs)
 
 

@@ -1,13 +1,28 @@
-"""Shared by the analysis commands: reading systems, tokenised BLEU statistics, writing the
-table (CSV and markdown) and the plot without overwriting anything unasked."""
+"""Shared by the analysis commands: their options, reading systems, tokenised BLEU statistics,
+writing the table (CSV and markdown) and the plot without overwriting anything unasked."""
 
 import csv
 import io
+from contextlib import contextmanager
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
+from ..command_line import Parser
 from ..runner import RESULTS, Refusal, WriterLock, check_owned, write_file
+
+
+def analysis_parser(name: str, doc: str, systems: bool = False) -> Parser:
+    """The analysis ``name``'s parser with the options every analysis takes (--out, --force), and
+    with ``systems`` those of the ones that compare systems with a baseline (--ref, --baseline, --system)."""
+    p = Parser(prog=f"python -m fairseq_csan.recipes.analysis.{name}", description=doc.split("\n\n")[0])
+    if systems:
+        p.add_argument("--ref", required=True, type=Path, help="tokenised reference")
+        p.add_argument("--baseline", required=True, help="evaluation folder or NAME=FILE")
+        p.add_argument("--system", required=True, action="append", help="evaluation folder or NAME=FILE")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--force", action="store_true", help="replace the outputs this analysis wrote (never anyone else's)")
+    return p
 
 
 def read_lines(path):
@@ -30,15 +45,19 @@ def system(spec: str):
     raise Refusal(f"'{spec}' is neither NAME=HYP_FILE nor an evaluation folder with hyp.tok")
 
 
-def check_lengths(reference, systems):
-    for name, hyps in systems:
+def compared(args):
+    """(reference lines, baseline, systems) of --ref, --baseline and --system; each system is
+    (name, lines), as many lines as the reference."""
+    reference, baseline, systems = read_lines(args.ref), system(args.baseline), [system(s) for s in args.system]
+    for name, hyps in [baseline, *systems]:
         if len(hyps) != len(reference):
             raise Refusal(f"{name} has {len(hyps)} lines, the reference {len(reference)}")
+    return reference, baseline, systems
 
 
-def bleu_stats(hyps, refs):
-    """Tokenised case-sensitive corpus BLEU (no further tokenisation) and its statistics."""
-    return BLEU(tokenize="none", force=True).corpus_score(hyps, [refs])
+def bleu(hyps, refs, order: int = 4):
+    """Tokenised case-sensitive corpus BLEU (no further tokenisation) up to ``order``, with its statistics."""
+    return BLEU(tokenize="none", force=True, max_ngram_order=order).corpus_score(hyps, [refs])
 
 
 def outputs(out: Path, stem: str, force: bool):
@@ -52,30 +71,29 @@ def outputs(out: Path, stem: str, force: bool):
     return paths
 
 
-def write_table(csv_path: Path, md_path: Path, header, rows, note=""):
-    """The table as CSV and markdown (each written whole, with its record); the markdown returned."""
+def write_table(paths, header, rows, note=""):
+    """The table as CSV and markdown to ``paths[:2]`` (each written whole, with its record); the markdown printed."""
     table = io.StringIO(newline="")
-    writer = csv.writer(table)
-    writer.writerow(header)
-    writer.writerows(rows)
-    write_file(csv_path, table.getvalue())
+    csv.writer(table).writerows([header, *rows])
+    write_file(paths[0], table.getvalue())
     text = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     text += ["| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in row) + " |" for row in rows]
     text += ["", note] if note else []
-    write_file(md_path, "\n".join(text) + "\n")
-    return "\n".join(text)
+    write_file(paths[1], "\n".join(text) + "\n")
+    print("\n".join(text))
 
 
-def save_figure(fig, path: Path) -> None:
-    """The plot as a PNG, written whole, with its record; the figure closed."""
-    write_file(path, lambda part: fig.savefig(part, dpi=150, format="png"))
-    pyplot().close(fig)
-
-
-def pyplot():
+@contextmanager
+def figure(path: Path, rows: int = 1, columns: int = 1, **options):
+    """The axes of a new figure (matplotlib's ``subplots``, in one list), laid out and written
+    whole as a PNG to ``path`` (with its record) at the end, then closed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
+    fig, axes = plt.subplots(rows, columns, squeeze=False, **options)
+    yield list(axes.flat)
+    fig.tight_layout()
+    write_file(path, lambda part: fig.savefig(part, dpi=150, format="png"))
+    plt.close(fig)

@@ -22,15 +22,13 @@ teacher-forced over the subset (the paper averages "over the validation set") in
 from collections import defaultdict
 from pathlib import Path
 
-from ..command_line import Parser
 from ..runner import Refusal, say
 from ..task import TASK
-from .common import outputs, pyplot, read_lines, save_figure, write_table
+from .common import analysis_parser, figure, outputs, read_lines, write_table
 
 
 def words_of(pieces):
-    """Group BPE pieces (subword-nmt's "@@" continuation marks) into words: a list of lists of
-    piece positions."""
+    """Group BPE pieces (subword-nmt's "@@" continuation marks) into words: lists of piece positions."""
     words, current = [], []
     for position, piece in enumerate(pieces):
         current.append(position)
@@ -71,8 +69,7 @@ class GateTotals:
                 positions = [int(p) for p in real][: len(pieces)]  # the EOS comes last
                 for tag, word in zip(tags, words_of(pieces)):
                     cell = self.pos[tag]
-                    for which, key in ((0, "lambda_q"), (1, "lambda_k")):
-                        values = r.get(key)
+                    for which, values in enumerate((r.get("lambda_q"), r.get("lambda_k"))):
                         cell[which] += (float(values[b, [positions[i] for i in word]].double().mean())
                                         if values is not None else float("nan"))
                     cell[2] += 1
@@ -84,7 +81,8 @@ class GateTotals:
         return [[name, tag, q / n, k / n, n] for tag, (q, k, n) in sorted(self.pos.items(), key=lambda x: -x[1][2])]
 
 
-def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_lines=None):
+def run_model(args, p: dict, name: str, checkpoint: Path) -> GateTotals:
+    """The model's gate values, teacher-forced over --subset."""
     import torch
 
     from fairseq_csan import register
@@ -94,20 +92,20 @@ def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_li
 
     from fairseq_csan import record_gates
 
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)],
+                                                                       arg_overrides={"data": str(p["data"])})
     model = models[0].eval()
-    use_cuda = torch.cuda.is_available() and not cpu
+    use_cuda = torch.cuda.is_available() and not args.cpu
     if use_cuda:
         model.cuda()
-    task.load_dataset(subset)
-    dataset = task.dataset(subset)
+    task.load_dataset(args.subset)
+    dataset, pos_lines = task.dataset(args.subset), p["pos_lines"]
     if pos_lines is not None and len(pos_lines) != len(dataset):
-        raise Refusal(f"--pos has {len(pos_lines)} lines, the {subset} set {len(dataset)} sentences")
-    batches = task.get_batch_iterator(dataset=dataset, max_tokens=max_tokens, ignore_invalid_inputs=False,
+        raise Refusal(f"--pos has {len(pos_lines)} lines, the {args.subset} set {len(dataset)} sentences")
+    batches = task.get_batch_iterator(dataset=dataset, max_tokens=args.max_tokens, ignore_invalid_inputs=False,
                                       num_workers=0).next_epoch_itr(shuffle=False)
-    totals = GateTotals()
-    src_dict = task.source_dictionary
-    seen = 0
+    totals, seen, src_dict = GateTotals(), 0, task.source_dictionary
+    special = (src_dict.pad(), src_dict.eos())
     with torch.no_grad(), record_gates(model) as records:
         for sample in batches:
             if use_cuda:
@@ -117,83 +115,56 @@ def run_model(name, checkpoint, data, subset, max_tokens, cpu, pos_lines, bpe_li
             if not records:
                 raise Refusal(f"{name}: {checkpoint} has no context-aware gates (train a *_ctxaware model)")
             totals.add_layers(records)
-            if pos_lines is not None:
-                pieces, tags = [], []
-                for b, sid in enumerate(sample["id"].tolist()):
-                    row = sample["net_input"]["src_tokens"][b]
-                    row = row[row.ne(src_dict.pad())]
-                    n_pieces = sum(1 for t in row if int(t) != src_dict.eos())
-                    # the BPE text, where there is one: an <unk> in the binarised data has lost
-                    # its piece's "@@" mark
-                    tokens = (bpe_lines[sid].split() if bpe_lines is not None
-                              else [src_dict[int(t)] for t in row if int(t) != src_dict.eos()])
-                    if len(tokens) != n_pieces:
-                        raise Refusal(f"the BPE source line {sid + 1} has {len(tokens)} pieces, "
-                                         f"the binarised sentence {n_pieces}")
-                    line_tags = pos_lines[sid].split()
-                    n_words = len(words_of(tokens))
-                    if len(line_tags) != n_words:
-                        raise Refusal(f"--pos line {sid + 1}: {len(line_tags)} tags for {n_words} words")
-                    pieces.append(tokens)
-                    tags.append(line_tags)
-                totals.add_pos(records, pieces, tags)
             seen += len(sample["id"])
-    say(f"{name}: {seen} sentences of {subset}")
+            if pos_lines is None:
+                continue
+            pieces, tags = [], []  # each sentence's source BPE pieces and POS tags, their numbers checked
+            for b, sid in enumerate(sample["id"].tolist()):
+                row = [int(t) for t in sample["net_input"]["src_tokens"][b] if int(t) not in special]
+                # the BPE text, where there is one: an <unk> in the binarised data has lost its piece's "@@" mark
+                tokens = p["bpe_lines"][sid].split() if p["bpe_lines"] is not None else [src_dict[t] for t in row]
+                if len(tokens) != len(row):
+                    raise Refusal(f"the BPE source line {sid + 1} has {len(tokens)} pieces, the binarised sentence "
+                                  f"{len(row)}")
+                pieces.append(tokens)
+                tags.append(pos_lines[sid].split())
+                if len(tags[-1]) != len(words_of(tokens)):
+                    raise Refusal(f"--pos line {sid + 1}: {len(tags[-1])} tags for {len(words_of(tokens))} words")
+            totals.add_pos(records, pieces, tags)
+    say(f"{name}: {seen} sentences of {args.subset}")
     return totals
 
 
 def plot_layers(rows, path):
-    plt = pyplot()
     names = list(dict.fromkeys(r[0] for r in rows))
-    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False, sharey=True)
-    for ax, name in zip(axes[0], names):
-        for side, style in (("encoder", "-"), ("decoder", "--")):
-            mine = [r for r in rows if r[0] == name and r[1] == side]
-            if not mine:
-                continue
-            layers = [r[2] for r in mine]
-            ax.plot(layers, [r[3] for r in mine], style, marker="o", color="tab:blue", label=f"λQ {side}")
-            ax.plot(layers, [r[4] for r in mine], style, marker="s", color="tab:red", label=f"λK {side}")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("layer")
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("mean gate value")
-    fig.tight_layout()
-    save_figure(fig, path)
+    with figure(path, 1, len(names), figsize=(3.6 * len(names), 3.2), sharey=True) as axes:
+        for ax, name in zip(axes, names):
+            for side, style in (("encoder", "-"), ("decoder", "--")):
+                mine = [r for r in rows if r[0] == name and r[1] == side]
+                if mine:
+                    layers = [r[2] for r in mine]
+                    ax.plot(layers, [r[3] for r in mine], style, marker="o", color="tab:blue", label=f"λQ {side}")
+                    ax.plot(layers, [r[4] for r in mine], style, marker="s", color="tab:red", label=f"λK {side}")
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel("layer")
+            ax.legend(fontsize=7)
+        axes[0].set_ylabel("mean gate value")
 
 
 def plot_pos(rows, path):
-    plt = pyplot()
     names = list(dict.fromkeys(r[0] for r in rows))
-    fig, axes = plt.subplots(len(names), 1, figsize=(6, 3 * len(names)), squeeze=False)
-    for ax, name in zip(axes[:, 0], names):
-        mine = [r for r in rows if r[0] == name]
-        xs = range(len(mine))
-        ax.bar([x - 0.2 for x in xs], [r[2] for r in mine], 0.4, label="λQ", color="tab:blue")
-        ax.bar([x + 0.2 for x in xs], [r[3] for r in mine], 0.4, label="λK", color="tab:red")
-        total = sum(r[4] for r in mine)
-        ax.axhline(sum(r[2] * r[4] for r in mine) / total, color="grey", linewidth=1, label="all words (λQ)")
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels([r[1] for r in mine], rotation=45, fontsize=8)
-        ax.set_title(name, fontsize=9)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_figure(fig, path)
-
-
-def parse(argv):
-    parser = Parser(prog="python -m fairseq_csan.recipes.analysis.gate_weights", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, action="append", help="NAME=CHECKPOINT of a context-aware model")
-    parser.add_argument("--data", required=True, type=Path, help="prepared task folder or data-bin")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--subset", default="valid")
-    parser.add_argument("--pos", type=Path, help="POS tags aligned with the subset's source, one per word")
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--force", action="store_true",
-                        help="replace the outputs this analysis wrote (never anyone else's)")
-    args, _ = parser.read(argv)
-    return args
+    with figure(path, len(names), 1, figsize=(6, 3 * len(names))) as axes:
+        for ax, name in zip(axes, names):
+            mine = [r for r in rows if r[0] == name]
+            xs = range(len(mine))
+            ax.bar([x - 0.2 for x in xs], [r[2] for r in mine], 0.4, label="λQ", color="tab:blue")
+            ax.bar([x + 0.2 for x in xs], [r[3] for r in mine], 0.4, label="λK", color="tab:red")
+            total = sum(r[4] for r in mine)
+            ax.axhline(sum(r[2] * r[4] for r in mine) / total, color="grey", linewidth=1, label="all words (λQ)")
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels([r[1] for r in mine], rotation=45, fontsize=8)
+            ax.set_title(name, fontsize=9)
+            ax.legend(fontsize=7)
 
 
 def plan(args) -> dict:
@@ -210,11 +181,10 @@ def plan(args) -> dict:
                       "takes test or valid here")
     if args.pos and not args.pos.is_file():
         raise Refusal(f"--pos {args.pos}: no such file")
-    bpe_lines = None
+    # the source's BPE pieces, to group into words: the prepared task's bpe/ file
     settings = TASK.read(args.data) if args.pos else None
-    if settings:  # the source's BPE pieces, to group into words: the prepared task's bpe/ file
-        bpe_file = args.data / "bpe" / f"{args.subset}.{settings['src']}"
-        bpe_lines = read_lines(bpe_file) if bpe_file.is_file() else None
+    bpe_file = args.data / "bpe" / f"{args.subset}.{settings['src']}" if settings else None
+    bpe_lines = read_lines(bpe_file) if bpe_file and bpe_file.is_file() else None
     return dict(data=data, models=models, layers=outputs(args.out, "gate_weights", args.force), bpe_lines=bpe_lines,
                 pos=outputs(args.out, "gate_weights_pos", args.force) if args.pos else None,
                 pos_lines=read_lines(args.pos) if args.pos else None)
@@ -223,22 +193,27 @@ def plan(args) -> dict:
 def run(args, p: dict) -> None:
     layer_rows, pos_rows = [], []
     for name, checkpoint in p["models"]:
-        totals = run_model(name, checkpoint, p["data"], args.subset, args.max_tokens, args.cpu, p["pos_lines"],
-                           p["bpe_lines"])
+        totals = run_model(args, p, name, checkpoint)
         layer_rows += totals.layer_rows(name)
         pos_rows += totals.pos_rows(name)
-    layers = p["layers"]
-    print(write_table(layers[0], layers[1], ["model", "side", "layer", "mean λQ", "mean λK", "tokens"],
-                      layer_rows, f"Gate values of eq. 5 averaged over the real tokens of '{args.subset}'."))
-    plot_layers(layer_rows, layers[2])
+    write_table(p["layers"], ["model", "side", "layer", "mean λQ", "mean λK", "tokens"], layer_rows,
+                f"Gate values of eq. 5 averaged over the real tokens of '{args.subset}'.")
+    plot_layers(layer_rows, p["layers"][2])
     if p["pos"]:
-        print(write_table(p["pos"][0], p["pos"][1], ["model", "tag", "mean λQ", "mean λK", "words x layers"],
-                          pos_rows, "Word gate = mean over its BPE pieces; averaged over the encoder's gated layers."))
+        write_table(p["pos"], ["model", "tag", "mean λQ", "mean λK", "words x layers"], pos_rows,
+                    "Word gate = mean over its BPE pieces; averaged over the encoder's gated layers.")
         plot_pos(pos_rows, p["pos"][2])
 
 
 def main(argv=None):
-    args = parse(argv)
+    parser = analysis_parser("gate_weights", __doc__)
+    parser.add_argument("--model", required=True, action="append", help="NAME=CHECKPOINT of a context-aware model")
+    parser.add_argument("--data", required=True, type=Path, help="prepared task folder or data-bin")
+    parser.add_argument("--subset", default="valid")
+    parser.add_argument("--pos", type=Path, help="POS tags aligned with the subset's source, one per word")
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--cpu", action="store_true")
+    args, _ = parser.read(argv)
     run(args, plan(args))
 
 

@@ -9,9 +9,9 @@ SRC.tok is the tokenised source (the prepared task's tok/test.SRC); a sentence's
 its number of tokens. The paper divides the sentences "into 10 disjoint groups according to
 their lengths" (following Tu et al. 2016) without saying how; by default we sort by length
 and cut into --groups groups of nearly equal size (a run of equal lengths is never split, so
-there may be fewer groups), so every group's BLEU rests on about as many sentences; --width W instead makes groups of fixed width [1, W], [W+1, 2W], ... (Tu et al.'s
-way; the last group takes every longer sentence). BLEU is tokenised, case-sensitive corpus
-BLEU within the group.
+there may be fewer groups), so every group's BLEU rests on about as many sentences; --width W
+instead makes groups of fixed width [1, W], [W+1, 2W], ... (Tu et al.'s way; the last group
+takes every longer sentence). BLEU is tokenised, case-sensitive corpus BLEU within the group.
 
 Writes DIR/length_buckets.csv, .md and .png (the gaps as lines, the baseline's BLEU in grey
 on the right-hand axis, as the paper draws it).
@@ -19,9 +19,9 @@ on the right-hand axis, as the paper draws it).
 
 from pathlib import Path
 
-from ..command_line import Parser, positive
+from ..command_line import positive
 from ..runner import Refusal, say
-from .common import bleu_stats, check_lengths, outputs, pyplot, read_lines, save_figure, system, write_table
+from .common import analysis_parser, bleu, compared, figure, outputs, read_lines, write_table
 
 
 def equal_groups(lengths, groups):
@@ -53,63 +53,49 @@ def analyse(lengths, reference, baseline, systems, groups):
     for number, members in enumerate(groups, 1):
         span = f"{min(lengths[i] for i in members)}-{max(lengths[i] for i in members)}"
         refs = [reference[i] for i in members]
-        base = bleu_stats([baseline[1][i] for i in members], refs).score
+        base = bleu([baseline[1][i] for i in members], refs).score
         for name, hyps in systems:
-            score = bleu_stats([hyps[i] for i in members], refs).score
+            score = bleu([hyps[i] for i in members], refs).score
             rows.append([number, span, len(members), name, score, base, score - base])
     return rows
 
 
 def plot(rows, baseline_name, path):
-    plt = pyplot()
     spans = list(dict.fromkeys((r[0], r[1]) for r in rows))
     xs = list(range(len(spans)))
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name in dict.fromkeys(r[3] for r in rows):
-        ax.plot(xs, [r[6] for r in rows if r[3] == name], marker="o", label=name)
-    ax.axhline(0, color="grey", linewidth=0.8)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([s for _, s in spans], rotation=45, fontsize=8)
-    ax.set_xlabel("source length (tokens)")
-    ax.set_ylabel(f"BLEU gap over {baseline_name}")
-    right = ax.twinx()
-    first = next(r[3] for r in rows)
-    right.plot(xs, [r[5] for r in rows if r[3] == first], color="grey", linestyle="--", label=baseline_name)
-    right.set_ylabel(f"{baseline_name} BLEU", color="grey")
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    save_figure(fig, path)
-
-
-def parse(argv):
-    parser = Parser(prog="python -m fairseq_csan.recipes.analysis.length_buckets", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--src", required=True, type=Path, help="tokenised source")
-    parser.add_argument("--ref", required=True, type=Path, help="tokenised reference")
-    parser.add_argument("--baseline", required=True, help="evaluation folder or NAME=FILE")
-    parser.add_argument("--system", required=True, action="append", help="evaluation folder or NAME=FILE")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--groups", type=positive, default=10, help="number of groups (default 10)")
-    parser.add_argument("--width", type=positive, help="fixed group width in tokens instead of equal-size groups")
-    parser.add_argument("--force", action="store_true",
-                        help="replace the outputs this analysis wrote (never anyone else's)")
-    return parser.read(argv)[0]
+    with figure(path, figsize=(6, 3.6)) as (ax,):
+        for name in dict.fromkeys(r[3] for r in rows):
+            ax.plot(xs, [r[6] for r in rows if r[3] == name], marker="o", label=name)
+        ax.axhline(0, color="grey", linewidth=0.8)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([s for _, s in spans], rotation=45, fontsize=8)
+        ax.set_xlabel("source length (tokens)")
+        ax.set_ylabel(f"BLEU gap over {baseline_name}")
+        right = ax.twinx()
+        first = next(r[3] for r in rows)
+        right.plot(xs, [r[5] for r in rows if r[3] == first], color="grey", linestyle="--", label=baseline_name)
+        right.set_ylabel(f"{baseline_name} BLEU", color="grey")
+        ax.legend(fontsize=8, loc="upper left")
 
 
 def main(argv=None):
-    args = parse(argv)
-    source, reference = read_lines(args.src), read_lines(args.ref)
+    parser = analysis_parser("length_buckets", __doc__, systems=True)
+    parser.add_argument("--src", required=True, type=Path, help="tokenised source")
+    parser.add_argument("--groups", type=positive, default=10, help="number of groups (default 10)")
+    parser.add_argument("--width", type=positive, help="fixed group width in tokens instead of equal-size groups")
+    args, _ = parser.read(argv)
+    source = read_lines(args.src)
+    reference, baseline, systems = compared(args)
     if len(source) != len(reference):
         raise Refusal(f"{args.src} has {len(source)} lines, {args.ref} {len(reference)}")
-    baseline, systems = system(args.baseline), [system(s) for s in args.system]
-    check_lengths(reference, [baseline, *systems])
-    csv_path, md_path, png_path = outputs(args.out, "length_buckets", args.force)
+    paths = outputs(args.out, "length_buckets", args.force)
     lengths = [len(line.split()) for line in source]
     groups = width_groups(lengths, args.width, args.groups) if args.width else equal_groups(lengths, args.groups)
     rows = analyse(lengths, reference, baseline, systems, groups)
-    header = ["group", "source length", "sentences", "system", "BLEU", "baseline BLEU", "gap"]
-    print(write_table(csv_path, md_path, header, rows, f"Baseline: {baseline[0]}. Tokenised, case-sensitive BLEU per group."))
-    plot(rows, baseline[0], png_path)
-    say(f"wrote {csv_path}, {md_path}, {png_path}")
+    write_table(paths, ["group", "source length", "sentences", "system", "BLEU", "baseline BLEU", "gap"], rows,
+                f"Baseline: {baseline[0]}. Tokenised, case-sensitive BLEU per group.")
+    plot(rows, baseline[0], paths[2])
+    say(f"wrote {', '.join(map(str, paths))}")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
 
 from pathlib import Path
 
-from ..command_line import Parser
 from ..runner import RESULTS, Refusal, say
 from ..sweep import SWEEP
-from .common import outputs, pyplot, save_figure, write_table
+from .common import analysis_parser, figure, outputs, write_table
 
 LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the area"}
 
@@ -21,49 +20,40 @@ LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the 
 def collect(sweep: Path, metric: str):
     """Rows (kind, value, score, run folder), sorted by kind then value."""
     rows = []
-    runs = sorted(p for p in sweep.iterdir() if p.is_dir() and SWEEP.exists(p)) if sweep.is_dir() else []
-    for run in runs:
+    for run in sorted(p for p in sweep.iterdir() if p.is_dir() and SWEEP.exists(p)) if sweep.is_dir() else []:
         settings, results = SWEEP.read(run), RESULTS.read(run / "eval")
         if results is None:
             say(f"{run.name}: no eval/results.json yet; left out")
-            continue
-        score = results[metric]
-        rows.append([settings["kind"], settings["value"], score, run.name])
+        else:
+            rows.append([settings["kind"], settings["value"], results[metric], run.name])
     if not rows:
         raise Refusal(f"no evaluated runs under {sweep} (run scripts/sweep.sh first)")
     return sorted(rows, key=lambda r: (r[0] != "window", r[1]))
 
 
-def plot(rows, path, metric):
-    plt = pyplot()
+def plot(rows, metric, path):
     kinds = list(dict.fromkeys(r[0] for r in rows))
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.2), squeeze=False)
-    for ax, kind in zip(axes[0], kinds):
-        mine = [r for r in rows if r[0] == kind]
-        xs, ys = [r[1] for r in mine], [r[2] for r in mine]
-        ax.plot(xs, ys, marker="o")
-        best = max(range(len(ys)), key=ys.__getitem__)
-        ax.plot([xs[best]], [ys[best]], marker="*", markersize=14, color="tab:red")
-        ax.set_xticks(xs)
-        ax.set_xlabel(LABELS.get(kind, kind))
-        ax.set_ylabel(f"dev {metric}")
-    fig.tight_layout()
-    save_figure(fig, path)
+    with figure(path, 1, len(kinds), figsize=(4 * len(kinds), 3.2)) as axes:
+        for ax, kind in zip(axes, kinds):
+            xs, ys = [r[1] for r in rows if r[0] == kind], [r[2] for r in rows if r[0] == kind]
+            ax.plot(xs, ys, marker="o")
+            best = max(range(len(ys)), key=ys.__getitem__)
+            ax.plot([xs[best]], [ys[best]], marker="*", markersize=14, color="tab:red")
+            ax.set_xticks(xs)
+            ax.set_xlabel(LABELS.get(kind, kind))
+            ax.set_ylabel(f"dev {metric}")
 
 
 def main(argv=None):
-    parser = Parser(prog="python -m fairseq_csan.recipes.analysis.window_sweep", description=__doc__.split("\n\n")[0])
+    parser = analysis_parser("window_sweep", __doc__)
     parser.add_argument("--sweep", required=True, type=Path, help="the --out of scripts/sweep.sh")
-    parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--metric", choices=["bleu_tok", "sacrebleu"], default="bleu_tok")
-    parser.add_argument("--force", action="store_true",
-                        help="replace the outputs this analysis wrote (never anyone else's)")
     args, _ = parser.read(argv)
     rows = collect(args.sweep, args.metric)
-    csv_path, md_path, png_path = outputs(args.out, "window_sweep", args.force)
-    print(write_table(csv_path, md_path, ["kind", "value", args.metric, "run"], rows,
-                      f"Dev-set {args.metric} of each run of {args.sweep}."))
-    plot(rows, png_path, args.metric)
+    paths = outputs(args.out, "window_sweep", args.force)
+    write_table(paths, ["kind", "value", args.metric, "run"], rows,
+                f"Dev-set {args.metric} of each run of {args.sweep}.")
+    plot(rows, args.metric, paths[2])
 
 
 if __name__ == "__main__":
