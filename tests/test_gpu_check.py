@@ -197,7 +197,7 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     step, then killed in the middle of it (every process of the job, as a time limit kills them),
     then started again. Every step passes, in order, as a run straight through lists them; the
     finished ones are kept (unless their record is damaged, from another machine, or their table
-    is gone) and the runs resume; the summary and paste.md hold the tables."""
+    is gone or edited since) and the runs resume; the summary and paste.md hold the tables."""
     raw = small_multi30k(tmp_path / "m30k")
     # two of the systems (the table's first and last), and the sweep's two points: 4 runs, not 7
     common = ["--rehearse", "--precisions", "fp32", "--multi30k-seeds", "1", "--multi30k-systems",
@@ -210,7 +210,8 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     from fairseq_csan.recipes.gpu_check import STEP_RECORD
 
     STEP_RECORD.write(out / ".steps", {"command": "an earlier one", "machine": "this one", "status": "passed",
-                                       "seconds": 600.0, "finished": "2026-01-01 00:00", "outputs": [str(out / "gone.md")]},
+                                       "seconds": 600.0, "finished": "2026-01-01 00:00",
+                                       "outputs": {"multi30k/results.md": "0" * 64}},
                       "multi30k-seed1.json")  # as the kit writes a step's record
     first = gpu_check(*common, "--out", out, "--budget-minutes", "5", timeout=600)
     assert first.returncode == 3, first.stderr[-2000:]
@@ -259,6 +260,14 @@ def test_the_rehearsal_runs_every_step_and_goes_on_where_it_stopped(tmp_path):
     assert "| csan2d_ctxaware | transformer_csan2d_ctxaware |" in summary  # the reproduction's table, printed
     paste = (out / "paste.md").read_text()  # the tables as the docs lay them out
     assert "a REHEARSAL at toy size on the CPU, not figures to publish" in paste and "| + 2D-CSAN |" in paste
+    # a table edited by hand since its step passed: the step is not kept (its figures are not shown as measured),
+    # and the benchmark, run again, refuses to replace the user's file
+    crossover = out / "benchmark_crossover_fp32.md"
+    crossover.write_text(crossover.read_text() + "| 64 | a figure of my own |\n")
+    edited = gpu_check(*common, "--out", out, timeout=600)
+    assert edited.returncode == 1 and "benchmark-crossover-fp32: finished before" not in edited.stderr, edited.stderr
+    assert "benchmark-crossover-fp32: FAILED" in edited.stderr and edited.stderr.count("finished before") == 4
+    assert f"{crossover}" in (out / "benchmark-crossover-fp32.log").read_text()
 
 
 def test_the_summary_is_ready_to_paste_into_the_docs(tmp_path):

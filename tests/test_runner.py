@@ -1070,8 +1070,8 @@ def test_every_command_refuses_to_touch_a_users_file_in_what_it_writes_force_or_
 
 @pytest.mark.slow
 def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tree, tmp_path):
-    """The user's tree copied (as cp -a would): each record that evaluate, export, translate and
-    collect_results read, removed, cut short or edited by hand, is a refusal in one line (exit 2) with no result
+    """The user's tree copied (as cp -a would): each record that evaluate, export, translate,
+    collect_results and the gate-weight analysis read, removed, cut short or edited by hand, is a refusal in one line (exit 2) with no result
     written, never a result with exit 0; the copy run again with --force acts on itself alone (the
     original byte for byte as it was); a file of the user's at a name of the kit's temporaries and
     backups (another process's token) is kept."""
@@ -1081,8 +1081,10 @@ def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tre
     task, ck, ev, model = (copy / name for name in ("task", "ck", "ev", "model"))
     write(tmp_path / "mine.en", ["a small cat ."])
     outputs = {"evaluate": tmp_path / "ev2" / "results.json", "export": tmp_path / "model2", "translate": tmp_path / "mine.de",
-               "collect_results": tmp_path / "table.md"}
+               "collect_results": tmp_path / "table.md", "analysis.gate_weights": tmp_path / "gates"}
     commands = {
+        "analysis.gate_weights": ["--model", f"m={ck / 'checkpoint_last.pt'}", "--data", task, "--out", outputs[
+            "analysis.gate_weights"], "--cpu"],
         "collect_results": [ev, "--output", outputs["collect_results"]],
         "evaluate": ["--data", task, "--checkpoints", ck, "--out", tmp_path / "ev2", "--last", 2, "--cpu"],
         "export": ["--data", task, "--checkpoint", ev / "averaged.pt", "--out", outputs["export"]],
@@ -1099,6 +1101,7 @@ def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tre
 
     for command, record, change in (
             ("evaluate", task / "task.json", {"src": "de", "tgt": "en"}), ("evaluate", ck / "run.json", {"seed": 2}),
+            ("analysis.gate_weights", ck / "run.json", {"seed": 2}),
             ("export", ev / "evaluation.json", {"beam": 12}), ("collect_results", ev / "results.json", {"sacrebleu": 99.0}), ("export", task / "task.json", {"src": "de", "tgt": "en"}),
             ("translate", model / "export.json", {"files": {"bpecodes": "0" * 64}}),  # a file's hash as the seal lists it
             ("translate", model / "export.json", {"made_from": None, "target_lang": "fr"})):  # a field of the seal's own

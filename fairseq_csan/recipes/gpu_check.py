@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List
 
+from ..model_folder import sha256
 from .command_line import Parser, items, positive
 from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, check_owned, forget_written, listing, run_child, say,
                      write_file)
@@ -183,7 +184,7 @@ def missing_input(args) -> str:
 
 # one step's record, OUT/.steps/NAME.json: its command, machine, status, time and outputs
 STEP_RECORD = Kind("gpu-check step", "STEP.json", {"command": "text", "machine": "text", "status": "text",
-                                                   "seconds": "float", "finished": "text", "outputs": "list"})
+                                                   "seconds": "float", "finished": "text", "outputs": "json"})
 
 
 def minutes(seconds: float) -> str:
@@ -272,6 +273,11 @@ def claim(args) -> None:
     WriterLock(args.out, folder=True, what="gpu_check").acquire()  # held to the end
 
 
+def outputs_of(step: Step, out: Path) -> dict:
+    """The tables a step wrote, by their names in ``out``, each with its SHA-256 (None: missing)."""
+    return {str(path.relative_to(out)): sha256(path) if path.is_file() else None for path in step.outputs}
+
+
 def run_steps(args, steps: List[Step], machine: str) -> list:
     """Each step, or kept; none started that would end after the budget (exit status 3)."""
     stamps, env = args.out / ".steps", dict(os.environ)
@@ -284,9 +290,10 @@ def run_steps(args, steps: List[Step], machine: str) -> list:
         except Damaged:
             record = {}
         log = args.out / f"{step.name}.log"
-        # kept: it finished before with the same command, on the same machine and software, passed, its outputs there
-        if (record.get("command"), record.get("machine"), record.get("status")) == (step.shown, machine, "passed") \
-                and all(Path(path).exists() for path in record.get("outputs", [])):
+        # kept: it finished before with the same command, on the same machine and software, passed, and its outputs
+        # are there as it wrote them (their SHA-256: a table edited since is measured again, never shown as measured)
+        if (record.get("command"), record.get("machine"), record.get("status"), record.get("outputs")) == \
+                (step.shown, machine, "passed", outputs_of(step, args.out)):
             say(f"{number}/{len(steps)} {step.name}: finished before ({record['finished']}, {minutes(record['seconds'])}); kept")
             results.append((step.name, "passed", record["seconds"], log))
             continue
@@ -312,7 +319,7 @@ def run_steps(args, steps: List[Step], machine: str) -> list:
         seconds, outcome = time.time() - begun, "passed" if status == 0 else f"FAILED (exit {status})"
         STEP_RECORD.write(stamps, {"command": step.shown, "machine": machine, "status": outcome.split(" ")[0].lower(),
                                    "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M"),
-                                   "outputs": [str(path) for path in step.outputs]}, f"{step.name}.json")
+                                   "outputs": outputs_of(step, args.out)}, f"{step.name}.json")
         say(f"{number}/{len(steps)} {step.name}: {outcome} in {minutes(seconds)}")
         results.append((step.name, outcome, seconds, log))
     return results

@@ -3,11 +3,13 @@ gate values lambda_Q and lambda_K of eq. 5 per layer, on the source side and the
 and per part of speech of the source words.
 
 usage: python -m fairseq_csan.recipes.analysis.gate_weights --model NAME=CHECKPOINT [--model ...] \
-           --data DATA --out DIR [--subset valid] [--pos TAGS] [--max-tokens 4096] [--cpu] [--force]
+           --data DATA --out DIR [--subset valid] [--pos TAGS] [--max-tokens 4096] [--cpu] [--force] [--unchecked]
 
-DATA is a prepared task folder (its data-bin/) or a fairseq data-bin folder. Each model runs
-teacher-forced over the subset (the paper averages "over the validation set") inside
-``fairseq_csan.record_gates``; every real token's gate values count once (padding never).
+DATA is a prepared task folder (its data-bin/) or a fairseq data-bin folder; each CHECKPOINT must
+be made from it, as its run's or evaluation's record says (--unchecked takes one with no record,
+and says so). Each model runs teacher-forced over the subset (the paper averages "over the
+validation set") inside ``fairseq_csan.record_gates``; every real token's gate values count once
+(padding never).
 
 - Per layer (Figure 2 for one context type per model; Figure 3 when a model has gates on both
   sides): DIR/gate_weights.csv, .md, .png.
@@ -22,7 +24,8 @@ teacher-forced over the subset (the paper averages "over the validation set") in
 from collections import defaultdict
 from pathlib import Path
 
-from ..runner import Refusal, say
+from ..command_line import UNCHECKED
+from ..runner import Refusal, check_made_from, say
 from ..task import TASK
 from .common import analysis_parser, figure, outputs, read_lines, write_table
 
@@ -181,6 +184,8 @@ def plan(args) -> dict:
                       "takes test or valid here")
     if args.pos and not args.pos.is_file():
         raise Refusal(f"--pos {args.pos}: no such file")
+    for _, checkpoint in models:  # made from this task's data, as its run's or evaluation's record says
+        check_made_from(checkpoint, data, str(args.data), args.unchecked)
     # the source's BPE pieces, to group into words: the prepared task's bpe/ file
     settings = TASK.read(args.data) if args.pos else None
     bpe_file = args.data / "bpe" / f"{args.subset}.{settings['src']}" if settings else None
@@ -213,6 +218,7 @@ def main(argv=None):
     parser.add_argument("--pos", type=Path, help="POS tags aligned with the subset's source, one per word")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--cpu", action="store_true")
+    parser.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     args, _ = parser.read(argv)
     run(args, plan(args))
 
