@@ -8,24 +8,18 @@ rounds and their range.
 
 --mode train (default): forward + backward of the cross-entropy loss (no optimizer step) on
 batches of at most --max-tokens tokens; throughput in target tokens/s.
-
 --mode decode: fairseq's beam search (SequenceGenerator, --beam 4, --lenpen 0.6, the papers'
 setting) in eval mode over batches of --batch-size source sentences; throughput in
 sentences/s. The weights are untrained, so the end of sentence is banned until the batch's
 longest source length and forced there: every model decodes the same number of steps.
+Their batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De
+pairs (newstest2014_lengths.tsv, shipped; --lengths-from PREFIX: those of a PREFIX.en/.de pair
+of files), sorted by length and cut as fairseq batches them; token ids are random. --table1
+(the CSAN paper's Table 1) or --all (every row of docs/speed.md) instead of --archs.
 
-On Linux the script re-executes itself with glibc's malloc told to keep freed memory
-(MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_): otherwise every step of a
-base model page-faults its activations in again, which on a 2-core machine costs about a third
-of the step and most of the noise. It speeds all models alike; --no-malloc-tuning turns it off.
-
-Batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De pairs
-(newstest2014_lengths.tsv, shipped with the package; --lengths-from PREFIX takes them from any
-pair of files PREFIX.en/.de instead, e.g. a prepared task's raw/test), sorted by length and cut into batches
-of at most --max-tokens tokens, as fairseq batches them; token ids are random.
-
---table1 times every architecture of the CSAN paper's Table 1 in one run: the seven locality
-baselines, 1D-CSAN and 2D-CSAN, each against the Transformer.
+On Linux the command re-executes itself with glibc's malloc told to keep freed memory
+(MALLOC_TUNING): otherwise a base model's every step page-faults its activations in again, a
+third of the step on a 2-core machine and most of the noise. --no-malloc-tuning turns it off.
 
 --mode long: long inputs (docs/long_inputs.md). For each of --lengths T (256 .. 8192), batches
 of --tokens tokens (B = tokens / T sentences of T tokens, no padding), base dimensions, random
@@ -33,37 +27,27 @@ token ids, side by side in one process in rounds as above:
   1. the attention alone (the CSAN sub-layer without its four projections, window 11, area 3
      heads x 11 tokens), forward + backward, on the dense and on the banded path, 1D and 2D;
   2. the peak memory of that attention, each path in a fresh process (peak resident set size
-     over the process's size before the forward pass, on Linux);
+     over the process's size before the forward pass, on Linux; on a GPU, in this process, the
+     peak of torch.cuda.max_memory_allocated over what was allocated before);
   3. the encoder's forward + backward throughput of transformer_csan1d/csan2d (automatic path)
      with --csan-layers 3 and 6, against transformer's;
   4. the whole model's training step (forward + backward, targets as long as the sources) of
      transformer_csan1d/csan2d at --csan-layers 3 against transformer's.
 A dense attention whose scores would take more than --dense-limit-gb is not run (the table
 says so). --parts takes only some of the four; warm-up rounds run at the first length only
-(on a GPU at every length: a new shape's first call allocates memory). On a GPU, part 2 is the
-peak of torch.cuda.max_memory_allocated over what was allocated before, in this process.
+(on a GPU at every length: a new shape's first call allocates memory).
 
---mode crossover: from how many tokens the banded path is faster than the dense one, on this
-device and in this precision: the attention of part 1 above, 1D and 2D, at each of --lengths
-(32 .. 512), with --warmup rounds at every length. The crossover of a CSAN is the shortest
-measured length from which the banded path's median speed-up is above 1 at that length and every
-longer one; the table sets it beside the plugin's BANDED_FROM, which --csan-impl auto uses on
-every device.
+--mode crossover: part 1 at each of --lengths (32 .. 512), with --warmup rounds at every length,
+and the crossover of each CSAN: the shortest measured length from which the banded path's median
+speed-up is above 1 there and at every longer one, beside the plugin's BANDED_FROM.
 
---device cuda times on the GPU: batches and models live there, and each timed call is bracketed
-by torch.cuda.synchronize(), so a time covers the kernels the call queued, not only their launch.
-In --mode train and decode each model first runs each round's batch once, untimed: a GPU pays once
-for each new tensor shape, which training pays once per shape and not at every step.
---precision fp16 / bf16 cast the model to that type, as fairseq-train and fairseq-generate do with
---fp16 / --bf16 (the loss and the log-probabilities stay in float32, as there); fp32 is the default.
---all times every architecture of docs/speed.md (Table 1 and the two context-aware models);
---model-flags adds fairseq model flags to every model (e.g. smaller dimensions).
+--device cuda and --precision fp16 / bf16 (docs/speed.md, "On a GPU"): each timed call between
+two torch.cuda.synchronize(); in --mode train and decode each model first runs each round's batch
+once, untimed (a GPU pays once for each new tensor shape); the model cast to that type as
+fairseq's --fp16 / --bf16 do.
 
-usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long|crossover] [--size base|big]
-                                   [--device cpu|cuda] [--precision fp32|fp16|bf16] [--rounds 5]
-                                   [--max-tokens 4096] [--batch-size 64] [--archs ARCH ... | --table1 | --all]
-                                   [--lengths 256 ... 8192] [--tokens 8192] [--parts attention memory encoder whole]
-                                   [--out FILE [--force]]
+usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long|crossover] [--archs ARCH ... | --table1 |
+                                   --all] [--device cpu|cuda] [--precision fp32|fp16|bf16] [--out FILE [--force]] ...
 """
 
 import argparse
@@ -75,7 +59,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import Parser
-from .runner import Refusal, check_owned, check_writable, write_file
+from .runner import Refusal, check_owned, check_writable
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
 # the sentence lengths of newstest2014 En-De (word counts only), shipped so that nothing need be prepared
@@ -97,9 +81,9 @@ LONG_PARTS = ["attention", "memory", "encoder", "whole"]
 CROSSOVER_LENGTHS = [32, 48, 64, 96, 128, 160, 192, 256, 384, 512]
 
 
-def positive(kind, least=1):
+def positive(least=1):
     def parse(text):
-        value = kind(text)
+        value = int(text)
         if value < least:
             raise argparse.ArgumentTypeError(f"must be at least {least}, got {text}")
         return value
@@ -109,11 +93,12 @@ def positive(kind, least=1):
 def parse_args(argv=None):
     parser = Parser(prog="python -m fairseq_csan.recipes.benchmark", description=__doc__.split("\n\n")[0])
     chosen = parser.add_mutually_exclusive_group()
-    chosen.add_argument("--archs", nargs="+", default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
+    chosen.add_argument("--archs", nargs="+",
+                        default=["transformer_csan1d", "transformer_csan2d", "transformer_ctxaware"])
     chosen.add_argument("--table1", action="store_true",
                         help="instead of --archs: the CSAN paper's Table 1 (seven baselines, csan1d, csan2d)")
     chosen.add_argument("--all", action="store_true",
-                        help="instead of --archs: every row of docs/speed.md (Table 1 and the two context-aware models)")
+                        help="instead of --archs: every row of docs/speed.md (Table 1 and both context-aware models)")
     parser.add_argument("--mode", choices=["train", "decode", "long", "crossover"], default="train")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to time (default cpu)")
     parser.add_argument("--precision", choices=list(PRECISION_TEXT), default="fp32",
@@ -121,28 +106,29 @@ def parse_args(argv=None):
     parser.add_argument("--size", choices=["base", "big"], default="base")
     parser.add_argument("--model-flags", type=shlex.split, default=[], metavar="'FLAGS'",
                         help="fairseq model flags added to every model, in one quoted string")
-    parser.add_argument("--max-tokens", type=positive(int), default=4096, help="training batch size in tokens")
-    parser.add_argument("--batch-size", type=positive(int), default=64, help="decoding batch size in sentences")
-    parser.add_argument("--beam", type=positive(int), default=decoding.BEAM, help=f"decoding beam size (default {decoding.BEAM}, the papers')")
-    parser.add_argument("--rounds", type=positive(int), default=5, help="timed rounds (one batch per model each)")
-    parser.add_argument("--warmup", type=positive(int, 0), default=1,
-                        help="untimed rounds first (--mode long: at the first length; on a GPU and in "
-                             "--mode crossover: at every length)")
-    parser.add_argument("--vocab", type=positive(int, 5), default=32000, help="joined dictionary size")
+    parser.add_argument("--max-tokens", type=positive(), default=4096, help="training batch size in tokens")
+    parser.add_argument("--batch-size", type=positive(), default=64, help="decoding batch size in sentences")
+    parser.add_argument("--beam", type=positive(), default=decoding.BEAM,
+                        help=f"decoding beam size (default {decoding.BEAM}, the papers')")
+    parser.add_argument("--rounds", type=positive(), default=5, help="timed rounds (one batch per model each)")
+    parser.add_argument("--warmup", type=positive(0), default=1,
+                        help="untimed rounds first (--mode long: at the first length; on a GPU and in --mode "
+                             "crossover: at every length)")
+    parser.add_argument("--vocab", type=positive(5), default=32000, help="joined dictionary size")
     parser.add_argument("--lengths-from", type=Path, metavar="PREFIX",
                         help="prefix of an .en/.de pair of files whose word counts give the lengths "
                              f"(default: newstest2014's, shipped as {LENGTH_SAMPLE.name})")
-    parser.add_argument("--max-len", type=positive(int), default=128)
-    parser.add_argument("--threads", type=positive(int), help="CPU threads (default: torch's, all cores)")
+    parser.add_argument("--max-len", type=positive(), default=128)
+    parser.add_argument("--threads", type=positive(), help="CPU threads (default: torch's, all cores)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown table here (a file the benchmark wrote "
                         "is replaced with --force only; anyone else's never)")
     parser.add_argument("--force", action="store_true", help="replace an --out that the benchmark wrote")
     parser.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc malloc's defaults")
-    parser.add_argument("--lengths", type=positive(int), nargs="+",
-                        help=f"--mode long: sequence lengths (default {' '.join(map(str, LONG_LENGTHS))}); "
-                             f"--mode crossover: the same (default {' '.join(map(str, CROSSOVER_LENGTHS))})")
-    parser.add_argument("--tokens", type=positive(int), default=8192, help="--mode long and crossover: tokens per batch")
+    parser.add_argument("--lengths", type=positive(), nargs="+",
+                        help=f"--mode long / crossover: sequence lengths (default {' '.join(map(str, LONG_LENGTHS))} "
+                             f"/ {' '.join(map(str, CROSSOVER_LENGTHS))})")
+    parser.add_argument("--tokens", type=positive(), default=8192, help="--mode long and crossover: tokens per batch")
     parser.add_argument("--dense-limit-gb", type=float, default=4.0,
                         help="--mode long and crossover: skip a dense attention whose scores alone exceed this")
     parser.add_argument("--whole-max-len", type=int, default=4096,
@@ -151,67 +137,34 @@ def parse_args(argv=None):
                         help="--mode long: which of the four measurements to take")
     parser.add_argument("--probe-memory", nargs=4, metavar=("CSAN", "IMPL", "T", "B"), help=argparse.SUPPRESS)
     args, _ = parser.read(argv)
+    if args.mode == "crossover":
+        args.parts = ["attention"]
     if args.lengths is None:
         args.lengths = CROSSOVER_LENGTHS if args.mode == "crossover" else LONG_LENGTHS
     return args
 
 
-def check_device(args):
+def plan(args) -> bool:
+    """Every check before any measurement; whether the allocator is tuned for the measurements (else this process
+    starts again, tuned)."""
     import torch
 
-    if args.device != "cuda":
-        return
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         raise Refusal("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
-    if args.precision == "bf16" and not torch.cuda.is_bf16_supported():
+    if args.device == "cuda" and args.precision == "bf16" and not torch.cuda.is_bf16_supported():
         raise Refusal(f"--precision bf16: {torch.cuda.get_device_name()} has no bfloat16 support; use fp16 or fp32")
-
-
-def plan(args) -> bool:
-    """Every check before any measurement (the device, the output, the architectures, the lengths);
-    whether the allocator is tuned for the measurements (else this process starts again, tuned)."""
-    check_device(args)
     if args.out:
         check_writable(args.out, "--out")
         check_owned([args.out], "benchmark", args.force, "--out")
     if args.mode in ("train", "decode"):
         architectures(args)  # an unknown one fails here, before any work
-    if args.mode in ("train", "decode") and args.lengths_from and not Path(f"{args.lengths_from}.en").exists():
-        raise Refusal(f"--lengths-from: no length source at {args.lengths_from}.en; give --lengths-from PREFIX "
-                      "(an .en/.de pair, e.g. newstest2014)")
+        if args.lengths_from and not Path(f"{args.lengths_from}.en").exists():
+            raise Refusal(f"--lengths-from: no length source at {args.lengths_from}.en; give --lengths-from PREFIX "
+                          "(an .en/.de pair, e.g. newstest2014)")
     tuned = all(os.environ.get(k) == v for k, v in MALLOC_TUNING.items())
     if not args.no_malloc_tuning and not tuned and platform.system() == "Linux":
         os.execve(sys.executable, [sys.executable, "-m", MODULE, *sys.argv[1:]], {**os.environ, **MALLOC_TUNING})
     return tuned
-
-
-def run(args, tuned: bool) -> None:
-    """The measurements of --mode, as a table printed (and written to --out)."""
-    from .benchmark_runs import crossover_table, long_inputs, machine, make_dictionary, sentences, torch
-
-    args.threads = args.threads or torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    dictionary = make_dictionary(args.vocab)
-    if args.mode == "long":
-        lines = [
-            f"Long inputs, base dimensions (d 512, 8 heads, 6 + 6 layers), batches of {args.tokens} tokens "
-            f"(B = {args.tokens} / T sentences of T tokens), {args.rounds} rounds (A B C C B A) at each length, "
-            f"after {args.warmup} warm-up round{'s' if args.warmup != 1 else ''} at "
-            f"{'each length' if args.device == 'cuda' else 'the first'}"
-            f"{'; models with ' + ' '.join(args.model_flags) if args.model_flags else ''}.",
-            machine(args, tuned), "", *long_inputs(args, dictionary)]
-    elif args.mode == "crossover":
-        lines = [
-            f"Dense against banded CSAN attention, batches of {args.tokens} tokens (B = {args.tokens} / T sentences "
-            f"of T tokens), {args.rounds} rounds (A B C C B A) at each length after {args.warmup} warm-up.",
-            machine(args, tuned), "", *crossover_table(args)]
-    else:
-        lines = sentences(args, dictionary, tuned)
-    lines += ["", "Command: python -m fairseq_csan.recipes.benchmark " + " ".join(map(shlex.quote, sys.argv[1:]))]
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        write_file(args.out, table + "\n", "benchmark")
 
 
 def main(argv=None):
@@ -223,7 +176,10 @@ def main(argv=None):
         torch.set_num_threads(1)
         print(probe_memory(variant, impl, int(T), int(B), PRECISIONS[args.precision]))
         return
-    run(args, plan(args))
+    tuned = plan(args)  # before fairseq is imported: plan may start this process again
+    from .benchmark_runs import run
+
+    run(args, tuned)
 
 
 def architectures(args):
@@ -237,8 +193,8 @@ def architectures(args):
 
     unknown = [a for a in archs if a not in ARCH_MODEL_REGISTRY]
     if unknown:
-        raise Refusal(f"--archs/--size: no architecture {', '.join(unknown)} (big variants exist for "
-               f"{', '.join(a for a in ARCH_MODEL_REGISTRY if a.endswith('_big') and a.startswith('transformer_'))})")
+        big = ", ".join(a for a in ARCH_MODEL_REGISTRY if a.endswith("_big") and a.startswith("transformer_"))
+        raise Refusal(f"--archs/--size: no architecture {', '.join(unknown)} (big variants exist for {big})")
     return archs
 
 
