@@ -66,11 +66,6 @@ def variant_flags():
             and a.dest != "encoder_self_attention"]
 
 
-def unknown_flag(word: str, actions) -> str:
-    return (f"{word} is not a flag of convert: the model's sizes come from its checkpoint, and the flags that set the "
-            f"variant are {', '.join(sorted(a.option_strings[0] for a in actions))}")
-
-
 def plugin_architecture(arch: str):
     from .. import register
 
@@ -183,10 +178,7 @@ def name_hub_settings(cfg, given: dict) -> None:
                 own = {"source_lang": cfg.task.source_lang, "target_lang": cfg.task.target_lang} if what == "tokenizer" \
                     else {"bpe_codes": "bpecodes"} if name in ("subword_nmt", "fastbpe") else {}  # the hub finds the file
                 cfg[what] = {"_name": name, **own}
-                if isinstance(cfg.model, argparse.Namespace):
-                    setattr(cfg.model, what, name)
-                else:
-                    cfg.model[what] = name
+                setattr(cfg.model, what, name)  # a Namespace (the older form) or a config
 
 
 def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: str, flags: dict, seed: int, folder: Path):
@@ -202,10 +194,9 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
     with open_dict(cfg):
         cfg.task.data = "."
         cfg.common.user_dir = None
-        for key, value in {**decoding.generation_overrides(), "batch_size": decoding.BATCH_SIZE}.items():
-            group = "dataset" if key == "batch_size" else "generation"
-            cfg[group][key] = value
-        cfg.dataset.max_tokens = None
+        for key, value in decoding.generation_overrides().items():
+            cfg.generation[key] = value
+        cfg.dataset.batch_size, cfg.dataset.max_tokens = decoding.BATCH_SIZE, None
     saved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # as fairseq saves it, the model's Namespace in it
     saved["model"] = args
     out = {"cfg": saved, "args": None, "model": model.state_dict(),
@@ -223,8 +214,7 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
         "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads", "decoder_embed_dim",
         "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads", "encoder_normalize_before",
         "decoder_normalize_before", "share_all_embeddings", "share_decoder_input_output_embed")}
-    hub = hub_settings(cfg)
-    about = {
+    return {
         "source_lang": src, "target_lang": tgt, "arch": arch,
         "converted_from": {"folder": str(source_folder.resolve()), "checkpoint": checkpoint.name,
                            "sha256": sha256(checkpoint), "arch": source_arch},
@@ -233,19 +223,14 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
                            "start": [{"how": how, "modules": names} for how, names in starts.items()]
                            or ("none: the variant adds no parameter" if not added else
                                "the variant's usual initial values (seeded by --seed)")},
-        **hub,
+        **hub_settings(cfg),
         **decoding.generation_overrides(),
     }
-    return about
 
 
 def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: str = "model.pt", seed: int = 1,
             force: bool = False, hub: dict = None) -> str:
-    from .. import register
-
-    register()  # our architectures and the loading fixes
-
-    plugin_architecture(arch)
+    plugin_architecture(arch)  # (registers our architectures and the loading fixes)
     refuse_overlaps({"--out": out}, {"--model": source})
     if source.exists():
         refuse_overlaps({"--model": source}, {"--out": out})  # an --out that holds the source
@@ -289,7 +274,8 @@ def parse(argv):
         group._add_action(action)
     args, rest = p.parse_known_args(argv)
     if rest:
-        raise Refusal(unknown_flag(rest[0], actions))
+        raise Refusal(f"{rest[0]} is not a flag of convert: the model's sizes come from its checkpoint, and the flags "
+                      f"that set the variant are {', '.join(sorted(a.option_strings[0] for a in actions))}")
     args.flags = {a.dest: getattr(args, a.dest) for a in actions if getattr(args, a.dest) is not None}
     return args
 

@@ -74,25 +74,24 @@ def plan(o) -> List[List[str]]:
     # on the CPU, train.sh --cpu-tiny saves 8 checkpoints a run; on GPUs every N/8 updates too (its
     # own default, every 1000, would leave a short fine-tuning nothing to average)
     train, evaluate = (["--cpu-tiny"], ["--cpu"]) if o.cpu else (["--", "--save-interval-updates", str(o.updates // 8)], [])
-    commands = [[*PYTHON, "fairseq_csan.recipes.prepare", "files", "--src", "en", "--tgt", "de", "--train", raw / "train",
-                 "--valid", raw / "val", "--test", raw / "test_2016_flickr", "--out", task, "--like", o.model]]
-    commands += [[*PYTHON, "fairseq_csan.recipes.convert", "--model", o.model, "--arch", arch, "--out", folder[arch]]
-                 for arch in o.archs]
+    commands = [["prepare", "files", "--src", "en", "--tgt", "de", "--train", raw / "train", "--valid", raw / "val",
+                 "--test", raw / "test_2016_flickr", "--out", task, "--like", o.model]]
+    commands += [["convert", "--model", o.model, "--arch", arch, "--out", folder[arch]] for arch in o.archs]
     evaluations = [o.work / "eval" / "before" / arch for arch in archs]  # each model as it is, before fine-tuning
-    commands += [[*PYTHON, "fairseq_csan.recipes.evaluate", "--data", task, "--model", folder[arch], "--out", out,
-                  "--name", f"{arch}, before", *evaluate] for arch, out in zip(archs, evaluations)]
+    commands += [["evaluate", "--data", task, "--model", folder[arch], "--out", out, "--name", f"{arch}, before",
+                  *evaluate] for arch, out in zip(archs, evaluations)]
     for seed in o.seeds:  # the Transformer of the seed is the baseline of its bootstrap
         for arch in archs:
             save, out = o.work / "checkpoints" / f"{arch}.seed{seed}", o.work / "eval" / f"{arch}.seed{seed}"
             baseline = [] if arch == "transformer" else ["--baseline", o.work / "eval" / f"transformer.seed{seed}"]
-            commands.append([*PYTHON, "fairseq_csan.recipes.train", "--data", task, "--arch", arch, "--finetune-from",
-                             folder[arch], "--save-dir", save, "--max-update", str(o.updates), "--seed", str(seed), *train])
-            commands.append([*PYTHON, "fairseq_csan.recipes.evaluate", "--data", task, "--checkpoints", save, "--out", out,
-                             "--name", f"{arch}, seed {seed}", *baseline, *evaluate])
+            commands += [["train", "--data", task, "--arch", arch, "--finetune-from", folder[arch], "--save-dir", save,
+                          "--max-update", o.updates, "--seed", seed, *train],
+                         ["evaluate", "--data", task, "--checkpoints", save, "--out", out, "--name", f"{arch}, seed {seed}",
+                          *baseline, *evaluate]]
             evaluations.append(out)
-    commands += [[*PYTHON, "fairseq_csan.recipes.collect_results", *evaluations, "--metric", metric,
-                  "--output", o.work / f"{metric}.md", "--force"] for metric in ("sacrebleu", "chrf")]
-    return [[str(word) for word in command] for command in commands]
+    commands += [["collect_results", *evaluations, "--metric", metric, "--output", o.work / f"{metric}.md", "--force"]
+                 for metric in ("sacrebleu", "chrf")]
+    return [[*PYTHON, f"fairseq_csan.recipes.{name}", *map(str, words)] for name, *words in commands]
 
 
 def main(argv=None) -> None:
@@ -102,11 +101,9 @@ def main(argv=None) -> None:
                       "only")
     if not (o.model / "model.pt").is_file():
         raise Refusal(f"--model {o.model}: no model folder there (no model.pt)")
-    for split in SPLITS:
-        for lang in ("en", "de"):
-            if not (o.raw_dir / f"{split}.{lang}").is_file():
-                raise Refusal(f"--raw-dir: no {o.raw_dir / f'{split}.{lang}'} (Multi30k's raw files, as the README unpacks "
-                              "them)")
+    missing = [p for p in (o.raw_dir / f"{split}.{lang}" for split in SPLITS for lang in ("en", "de")) if not p.is_file()]
+    if missing:
+        raise Refusal(f"--raw-dir: no {missing[0]} (Multi30k's raw files, as the README unpacks them)")
     for command in plan(o):
         print(f"+ {shell_words(command)}", file=sys.stderr, flush=True)
         if not o.dry_run:  # a failure: the commands above it are done, and a rerun goes on from it

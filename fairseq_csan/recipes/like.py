@@ -72,24 +72,22 @@ def _encoders(like: dict, lang: str):
     return tokenizer, bpe
 
 
-def tokenize_file(like: dict, lang: str, source: Path, target: Path) -> None:
-    """``source`` (raw, one sentence a line) tokenised by the folder's tokenizer into ``target``."""
+def _encode_file(encoder, source: Path, target: Path) -> None:
     from .text import iter_lines
 
-    tokenizer, _ = _encoders(like, lang)
     with open(target, "w", encoding="utf-8") as out:
         for line in iter_lines(source):
-            out.write((tokenizer.encode(line) if tokenizer is not None and line.strip() else line.strip()) + "\n")
+            out.write((encoder.encode(line) if encoder is not None and line.strip() else line.strip()) + "\n")
+
+
+def tokenize_file(like: dict, lang: str, source: Path, target: Path) -> None:
+    """``source`` (raw, one sentence a line) tokenised by the folder's tokenizer into ``target``."""
+    _encode_file(_encoders(like, lang)[0], source, target)
 
 
 def bpe_file(like: dict, lang: str, source: Path, target: Path) -> None:
     """``source`` (tokenised) split by the folder's BPE into ``target``."""
-    from .text import iter_lines
-
-    _, bpe = _encoders(like, lang)
-    with open(target, "w", encoding="utf-8") as out:
-        for line in iter_lines(source):
-            out.write((bpe.encode(line) if line.strip() else "") + "\n")
+    _encode_file(_encoders(like, lang)[1], source, target)
 
 
 def dictionary_flags(like: dict, src: str, tgt: str) -> list:

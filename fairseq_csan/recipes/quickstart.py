@@ -19,7 +19,6 @@ training's, its progress lines alone), and a step that fails ends the quick star
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import os
 import re
 import shutil
@@ -144,44 +143,41 @@ def check(s: Settings) -> dict:
         raise Refusal(f"the quick start runs a clone's scripts/train.sh and scripts/evaluate.sh, and {ROOT} has none: "
                       "run it from a clone")
     check_values(s, toy)
-    plan = dict(s=s, corpus=v["corpus"], src=v["src"], tgt=v["tgt"], arch=v["arch"], work=work, valid="val", tests=[],
+    from .prepare import own_corpus_defaults
+
+    joint, clean_ratio = own_corpus_defaults(v["src"], v["tgt"])
+    plan = dict(s=s, toy=toy, corpus=f"{work}/raw", src=v["src"], tgt=v["tgt"], arch=v["arch"], work=work, valid="val", tests=["test"],
                 model=v["model"] or (f"{work}/model" if v["arch"] == DEFAULT_ARCH else f"{work}/model_{v['arch']}"),
                 max_update=int(v["max_update"]), dim=int(v["dim"]), max_tokens=v["max_tokens"], bpe_merges=v["bpe_merges"],
                 model_flags=v["model_flags"].split(), toy_args=v["toy_args"].split(), pretokenized=v["pretokenized"] == "1",
-                force=["--force"] if v["force"] == "1" else [], dry_run=v["dry_run"] == "1")
-    from .prepare import own_corpus_defaults
-
-    plan["joint"], plan["clean_ratio"] = own_corpus_defaults(v["src"], v["tgt"])
-    if v["clean_ratio"] is not None:
-        plan["clean_ratio"] = float(v["clean_ratio"])
+                force=["--force"] if v["force"] == "1" else [], dry_run=v["dry_run"] == "1", joint=joint,
+                clean_ratio=clean_ratio if v["clean_ratio"] is None else float(v["clean_ratio"]))
     if not toy:
-        plan.update(corpus_files(s))
+        plan.update(corpus=v["corpus"], **corpus_files(s))
     plan.update(device_and_layers(s))
     return plan
 
 
+# each setting's values, and how its refusal names them ("SETTING must be WHAT, got 'VALUE'")
+RULES = ((("src", "tgt"), LANGUAGE.fullmatch, "a language code as the files' suffix (en, fr, zh, pt_BR)"),
+         (("device",), ("auto", "cpu", "cuda").__contains__, "auto, cpu or cuda"),
+         (("force", "dry_run", "pretokenized"), ("0", "1").__contains__, "0 or 1"),
+         (("max_update", "dim", "max_tokens", "bpe_merges"), re.compile("[1-9][0-9]*").fullmatch, "a positive whole number"),
+         (("clean_ratio",), lambda r: r is None or re.fullmatch(r"[0-9]+(\.[0-9]*)?", r) and float(r) >= 1,
+          "a number of at least 1"))
+
+
 def check_values(s: Settings, toy: bool) -> None:
     v = s.value
-    for dest in ("src", "tgt"):
-        if not LANGUAGE.fullmatch(v[dest]):
-            raise Refusal(f"{s.name(dest)} must be a language code as the files' suffix (en, fr, zh, pt_BR), got "
-                          f"'{v[dest]}'")
+    for dests, good, what in RULES:
+        for dest in dests:
+            if not good(v[dest]):
+                raise Refusal(f"{s.name(dest)} must be {what}, got '{v[dest]}'")
     if v["src"] == v["tgt"]:
         raise Refusal(f"{s.name('src')} and {s.name('tgt')} are both {v['src']}: give two languages")
     if toy and f"{v['src']}-{v['tgt']}" not in ("en-de", "de-en"):
         raise Refusal(f"{s.shown('src')} {s.shown('tgt')}: the toy corpus is English-German (en-de or de-en); give "
                       f"{s.shown('corpus', 'DIR')} for another pair")
-    if v["device"] not in ("auto", "cpu", "cuda"):
-        raise Refusal(f"{s.name('device')} must be auto, cpu or cuda, got '{v['device']}'")
-    for dest in ("force", "dry_run", "pretokenized"):
-        if v[dest] not in ("0", "1"):
-            raise Refusal(f"{s.name(dest)} must be 0 or 1, got '{v[dest]}'")
-    for dest in ("max_update", "dim", "max_tokens", "bpe_merges"):
-        if not re.fullmatch(r"[1-9][0-9]*", v[dest]):
-            raise Refusal(f"{s.name(dest)} must be a positive whole number, got '{v[dest]}'")
-    if v["clean_ratio"] is not None and not re.fullmatch(r"[0-9]+(\.[0-9]*)?", v["clean_ratio"]) \
-            or v["clean_ratio"] is not None and float(v["clean_ratio"]) < 1:
-        raise Refusal(f"{s.name('clean_ratio')} must be a number of at least 1, got '{v['clean_ratio']}'")
     if toy and v["pretokenized"] == "1":
         raise Refusal(f"{s.shown('pretokenized')} is for a CORPUS tokenised already; the toy corpus is raw text")
     if not toy and v["toy_args"]:
@@ -205,18 +201,16 @@ def corpus_files(s: Settings) -> dict:
     valid, tests = held[0] if held else "val", []
 
     def need(*splits):
-        for split in splits:
-            for lang in (src, tgt):
-                if not (file(split, lang) and os.path.getsize(file(split, lang))):
-                    gz = " (or .gz)" if split == "train" else ""
-                    raise Refusal(f"missing {corpus}/{split}.{lang}{gz}: {s.name('corpus')} holds train, val (or "
-                                  f"valid, or dev) and test* files, each in {src} and {tgt} ({s.name('src')} and "
-                                  f"{s.name('tgt')} set the languages)")
+        for split, lang in ((split, lang) for split in splits for lang in (src, tgt)):
+            if not (file(split, lang) and os.path.getsize(file(split, lang))):
+                gz = " (or .gz)" if split == "train" else ""
+                raise Refusal(f"missing {corpus}/{split}.{lang}{gz}: {s.name('corpus')} holds train, val (or valid, or "
+                              f"dev) and test* files, each in {src} and {tgt} ({s.name('src')} and {s.name('tgt')} set "
+                              "the languages)")
 
     need("train", valid)
-    stems = {re.sub(rf"\.{re.escape(src)}(\.gz)?$", "", name) for name in os.listdir(corpus)
-             if fnmatch.fnmatch(name, f"test*.{src}") or fnmatch.fnmatch(name, f"test*.{src}.gz")}
-    for stem in sorted(stems, key=os.fsencode):  # in byte order of their names; one without its TGT side left out
+    found = (re.fullmatch(rf"(test.*)\.{re.escape(src)}(\.gz)?", name, re.S) for name in os.listdir(corpus))
+    for stem in sorted({m.group(1) for m in found if m}, key=os.fsencode):  # in byte order; one without TGT left out
         if file(stem, tgt):
             tests.append(stem)
         else:
@@ -251,55 +245,50 @@ def device_and_layers(s: Settings) -> dict:
 
 
 def show(plan: dict, command: List[str], name: str, keep: Optional[re.Pattern] = None) -> None:
-    """Print a step's command, then run it (not on a dry run): its output on this standard output
-    (only the lines that match ``keep``, where given), its errors on standard error."""
+    """Print a step's command, then run it (not on a dry run)."""
     print("+ " + shell_words(command), flush=True)
     if not plan["dry_run"]:
-        with tempfile.NamedTemporaryFile(prefix="quickstart-") as copy:
-            run_child(command, Path(copy.name), show=keep or True, errors="stderr", name=name)
+        output_of(command, name, keep or True)
 
 
-def output_of(command: List[str]) -> str:
-    """What ``command`` writes to its standard output, trailing newlines removed (as $(...))."""
+def output_of(command: List[str], name: str, show=None) -> str:
+    """What ``command`` writes to its standard output, trailing newlines removed (as $(...)); shown
+    as it comes where ``show`` says (True: all of it; a pattern: the lines it matches); its errors
+    on standard error."""
     with tempfile.NamedTemporaryFile(prefix="quickstart-") as copy:
-        run_child(command, Path(copy.name), errors="stderr", name="the translation")
+        run_child(command, Path(copy.name), show=show, errors="stderr", name=name)
         return Path(copy.name).read_text(encoding="utf-8", errors="replace").rstrip("\n")
 
 
-def line(path: str, number: int) -> str:
-    """Line ``number`` (from 1) of a file, as ``sed -n Np`` gives it; '' where it has none."""
+def head(path: str, n: int = 3) -> List[str]:
+    """The first ``n`` lines of a file, as ``sed -n 1,Np`` gives them; '' for each it lacks."""
     try:
         with open(path, "rb") as f:
-            for i, text in enumerate(f, 1):
-                if i == number:
-                    return text.rstrip(b"\n").decode("utf-8", errors="replace")
+            lines = [text.rstrip(b"\n").decode("utf-8", errors="replace") for text, _ in zip(f, range(n))]
     except OSError:
-        pass
-    return ""
+        lines = []
+    return lines + [""] * (n - len(lines))
 
 
 def preparation(plan: dict) -> List[str]:
     """Step 1 (the toy corpus, where it is the corpus) and the command of step 2."""
     work, corpus, src, tgt = plan["work"], plan["corpus"], plan["src"], plan["tgt"]
-    python = ["python", "-m"]
-    if not corpus:
-        raw = f"{work}/raw"
-        if not plan["force"] and not plan["dry_run"] and os.path.exists(f"{raw}/test.de") and os.path.getsize(f"{raw}/test.de"):
-            say(f"  toy corpus already in {raw}; kept", stream=sys.stdout)
+    prepare = ["python", "-m", "fairseq_csan.recipes.prepare"]
+    if plan["toy"]:
+        written = os.path.exists(f"{corpus}/test.de") and os.path.getsize(f"{corpus}/test.de")
+        if written and not plan["force"] and not plan["dry_run"]:
+            say(f"  toy corpus already in {corpus}; kept", stream=sys.stdout)
         else:
-            show(plan, [*python, "fairseq_csan.recipes.toy_corpus", raw, *plan["toy_args"]], "the toy corpus writer")
-        if src == "en":
-            prepare = [*python, "fairseq_csan.recipes.prepare", "toy_en_de", "--raw-dir", raw, "--no-download"]
-        else:  # German-English: the toy corpus as your own files
-            prepare = [*python, "fairseq_csan.recipes.prepare", "files", "--src", "de", "--tgt", "en", "--train",
-                       f"{raw}/train", "--valid", f"{raw}/val", "--test", f"{raw}/test"]
+            show(plan, ["python", "-m", "fairseq_csan.recipes.toy_corpus", corpus, *plan["toy_args"]],
+                 "the toy corpus writer")
+    if plan["toy"] and src == "en":
+        prepare += ["toy_en_de", "--raw-dir", corpus, "--no-download"]
     elif (f"{src}-{tgt}", plan["valid"], plan["tests"], plan["pretokenized"]) == ("en-de", "val", ["test_2016_flickr"], False):
         prepare = ["bash", f"{ROOT}/examples/multi30k/prepare.sh", "--raw-dir", corpus, "--no-download"]  # Multi30k
-    else:
-        prepare = [*python, "fairseq_csan.recipes.prepare", "files", "--src", src, "--tgt", tgt, "--train",
-                   f"{corpus}/train", "--valid", f"{corpus}/{plan['valid']}",
-                   *[word for test in plan["tests"] for word in ("--test", f"{corpus}/{test}")],
-                   *(["--pretokenized"] if plan["pretokenized"] else [])]
+    else:  # your own files, or the toy corpus German-English
+        prepare += ["files", "--src", src, "--tgt", tgt, "--train", f"{corpus}/train",
+                    "--valid", f"{corpus}/{plan['valid']}", *[word for test in plan["tests"] for word in ("--test", f"{corpus}/{test}")],
+                    *(["--pretokenized"] if plan["pretokenized"] else [])]
     if plan["s"].value["clean_ratio"] is not None:  # given: to the preset (its own setting) or to prepare files
         prepare += ["--clean-ratio", f"{plan['clean_ratio']:g}"]
     return [*prepare, "--out", f"{work}/data", "--merges", plan["bpe_merges"], *plan["force"]]
@@ -321,7 +310,6 @@ def training(plan: dict, data: str, ckpt: str) -> List[str]:
 
 
 def run(plan: dict) -> None:
-    """The five steps, as checked by :func:`check`."""
     s, work, arch = plan["s"], plan["work"], plan["arch"]
     os.environ["PYTHONUNBUFFERED"] = "1"  # the steps' progress lines as they come
     say(f"work folder: {work} (architecture {arch}, {plan['max_update']} updates, on the {plan['device']})", stream=sys.stdout)
@@ -376,26 +364,24 @@ def report(plan: dict, data: str, results: str) -> None:
     src, tgt, model = plan["src"], plan["tgt"], plan["model"]
     print(flush=True)
     say("a few test sentences (source / reference / ours)", stream=sys.stdout)
-    for i in (1, 2, 3):
-        print(f"  SRC: {line(f'{data}/raw/test.{src}', i)}")
-        print(f"  REF: {line(f'{data}/raw/test.{tgt}', i)}")
-        print(f"  HYP: {line(f'{results}/hyp.detok', i)}")
+    sources = head(f"{data}/raw/test.{src}")
+    for row in zip(sources, head(f"{data}/raw/test.{tgt}"), head(f"{results}/hyp.detok")):
+        print("  SRC: {}\n  REF: {}\n  HYP: {}".format(*row))
     scores = Path(f"{results}/results.md")
     for text in (scores.read_text(encoding="utf-8", errors="replace").split("\n") if scores.is_file() else []):
         if re.match(r"# |- (tokenised BLEU|sacreBLEU|chrF)|  signature: ", text):  # the set scored, with its name
             print(text)
-    sentence = re.sub(r"[\"'\\`$]", "", line(f"{data}/raw/test.{src}", 1))  # no quotes to escape below
+    sentence = re.sub(r"[\"'\\`$]", "", sources[0])  # no quotes to escape below
     one_line = ("python -c 'import fairseq_csan; from fairseq.models.transformer import TransformerModel as T; "
                 f"print(T.from_pretrained(\"{model}\").translate(\"{sentence}\"))'")
     say("translate your own sentence with the exported model:", stream=sys.stdout)
     print(f"  {one_line}", flush=True)
-    print(f"  -> {output_of(['bash', '-c', one_line + ' 2>/dev/null'])}")
+    print(f"  -> {output_of(['bash', '-c', one_line + ' 2>/dev/null'], 'the translation')}")
     say(f"done: model folder {model}, scores {results}/results.md, translations {results}/hyp.detok", stream=sys.stdout)
 
 
 def main(argv=None) -> None:
-    plan = check(Settings(argv))
-    run(plan)
+    run(check(Settings(argv)))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,6 @@
 """Translate a raw text file with a trained model, with exactly the recipe's pre- and
 post-processing.
 
-usage: python -m fairseq_csan.recipes.translate (--data DIR --checkpoint FILE | --model FOLDER)
-           --input RAW [--output OUT] [--beam 4] [--lenpen 0.6] [--batch-size 128] [--cpu] [--fp16] [--force]
-
 The model is either a checkpoint with the prepared task folder it was trained on (--data: the
 folder that examples/*/prepare.sh made, for its languages, dictionaries and BPE codes), or a
 model folder that fairseq_csan.recipes.export wrote (--model). Either way it is loaded once
@@ -69,37 +66,28 @@ def load(args):
     from fairseq.models.transformer import TransformerModel
     from omegaconf import open_dict
 
-    from .export import hub_overrides
+    from fairseq_csan.model_folder import DamagedModelFolder
+
+    from .export import check_dictionaries, check_sealed, hub_overrides, load_state
     from .task import PreparedTask
 
-    if args.model:
-        from fairseq_csan.model_folder import DamagedModelFolder
-
-        from .export import check_sealed
-
-        check_sealed(args.model, args.unchecked)
-        try:
+    try:  # a damaged model folder (or a checkpoint inside one: the folder is checked) is named
+        if args.model:
+            check_sealed(args.model, args.unchecked)
             hub = TransformerModel.from_pretrained(str(args.model))
-        except DamagedModelFolder as error:
-            raise Refusal(str(error)) from None
-    else:
-        task = PreparedTask.open(args.data)
-        codes = task.codes(task.src)
-        if not codes.is_file():
-            raise Refusal(f"no BPE codes {codes} (prepare {args.data} again with the command that made it)")
-        from .export import check_dictionaries, load_state
-
-        overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
-        state = load_state(args.checkpoint, overrides)  # a checkpoint of another task is named before fairseq's
-        check_dictionaries(state, task, args.checkpoint, args.unchecked)  # size-mismatch traceback
-        from fairseq_csan.model_folder import DamagedModelFolder
-
-        try:
+        else:
+            task = PreparedTask.open(args.data)
+            codes = task.codes(task.src)
+            if not codes.is_file():
+                raise Refusal(f"no BPE codes {codes} (prepare {args.data} again with the command that made it)")
+            overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
+            state = load_state(args.checkpoint, overrides)  # a checkpoint of another task is named before fairseq's
+            check_dictionaries(state, task, args.checkpoint, args.unchecked)  # size-mismatch traceback
             models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task(
                 [str(args.checkpoint)], arg_overrides=overrides, state=state)  # read once
-        except DamagedModelFolder as error:  # a checkpoint inside a model folder: the folder is checked
-            raise Refusal(str(error)) from None
-        hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
+            hub = hub_utils.GeneratorHubInterface(cfg, fairseq_task, models)
+    except DamagedModelFolder as error:
+        raise Refusal(str(error)) from None
     if not getattr(hub.cfg.tokenizer, "_name", None) or not getattr(hub.cfg.bpe, "_name", None):
         raise Refusal(f"{args.model} names no tokenizer or BPE in its configuration; export it with "
                       "python -m fairseq_csan.recipes.export, or give them to recipes.convert (--tokenizer, --bpe)")
@@ -168,7 +156,7 @@ def translate_lines(hub, lines, beam: int, lenpen: float, progress_every: float 
 
 def parse(argv):
     p = Parser(prog="python -m fairseq_csan.recipes.translate", description=__doc__.split("\n\n")[0],
-               epilog="\n\n".join(__doc__.split("\n\n")[2:]))
+               epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     p.add_argument("--data", type=Path, help="the prepared task folder (examples/*/prepare.sh)")
     p.add_argument("--checkpoint", type=Path, help="a checkpoint: checkpoint_best.pt, or evaluate.sh's averaged.pt")
     p.add_argument("--model", type=Path, help="instead of --data and --checkpoint: a model folder that "
@@ -216,16 +204,15 @@ def target_language(args) -> str:
 
 
 def plan(args) -> dict:
-    """What is read and written, each checked before the model loads: the input's lines, and an
-    output and its tokenised twin that translate may write (not the input, not inside --data,
-    --model or --checkpoint, writable, and translate's own to replace, with --force)."""
+    """The input's lines, and the output and its tokenised twin, each checked before the model loads."""
     tgt, stdin = target_language(args), str(args.input) in ("-", "/dev/stdin")
     if not stdin and not args.input.is_file():
         raise Refusal(f"--input {args.input}: {'a folder, not a file' if args.input.is_dir() else 'no such file'}")
     if stdin and args.output is None:
         raise Refusal(f"--input {args.input} (standard input) needs --output")
     output = args.output or args.input.with_name(f"{args.input.name}.{tgt}")
-    outputs = {"--output": output, "the tokenised output beside --output": output.with_name(output.name + ".tok")}
+    tok_output = output.with_name(output.name + ".tok")
+    outputs = {"--output": output, "the tokenised output beside --output": tok_output}
     for what, path in outputs.items():
         if not stdin and (path.resolve() == args.input.resolve() or (path.exists() and os.path.samefile(path, args.input))):
             raise Refusal(f"{what} {path} is the input --input {args.input}; give another --output")  # --force or not
@@ -240,7 +227,7 @@ def plan(args) -> dict:
     check_owned(outputs.values(), "translate", args.force, "--output")
     from .text import read_lines
 
-    return {"lines": read_lines("-" if stdin else args.input), "output": output, "tok_output": outputs["the tokenised output beside --output"]}
+    return {"lines": read_lines("-" if stdin else args.input), "output": output, "tok_output": tok_output}
 
 
 def run(args, planned: dict) -> None:
