@@ -141,7 +141,7 @@ def test_cuda_without_cuda_is_refused_in_one_line(mode, tmp_path):
 
 @pytest.mark.parametrize("options, message", [
     (["--lengths-from", "/no/such/prefix"], "[benchmark] error: --lengths-from: no length source at /no/such/prefix.en"),
-    (["--rounds", "0"], "--rounds must be at least 1, got 0"),
+    (["--rounds", "0"], "--rounds must be a whole number of 1 or more, got '0'"),
     (["--precision", "fp8"], "--precision must be fp32, fp16 or bf16, got 'fp8'"),
     (["--device", "tpu"], "--device must be cpu or cuda, got 'tpu'"),
     (["--table1", "--all"], "--all: not allowed with argument --table1"),

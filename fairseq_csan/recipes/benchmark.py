@@ -58,7 +58,7 @@ import sys
 from pathlib import Path
 
 from . import decoding
-from .command_line import Parser
+from .command_line import Parser, at_least, positive, whole
 from .runner import Refusal, check_owned, check_writable
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
@@ -81,15 +81,6 @@ LONG_PARTS = ["attention", "memory", "encoder", "whole"]
 CROSSOVER_LENGTHS = [32, 48, 64, 96, 128, 160, 192, 256, 384, 512]
 
 
-def positive(least=1):
-    def parse(text):
-        value = int(text)
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least}, got {text}")
-        return value
-    return parse
-
-
 def parse_args(argv=None):
     parser = Parser(prog="python -m fairseq_csan.recipes.benchmark", description=__doc__.split("\n\n")[0])
     chosen = parser.add_mutually_exclusive_group()
@@ -106,29 +97,29 @@ def parse_args(argv=None):
     parser.add_argument("--size", choices=["base", "big"], default="base")
     parser.add_argument("--model-flags", type=shlex.split, default=[], metavar="'FLAGS'",
                         help="fairseq model flags added to every model, in one quoted string")
-    parser.add_argument("--max-tokens", type=positive(), default=4096, help="training batch size in tokens")
-    parser.add_argument("--batch-size", type=positive(), default=64, help="decoding batch size in sentences")
-    parser.add_argument("--beam", type=positive(), default=decoding.BEAM,
+    parser.add_argument("--max-tokens", type=positive, default=4096, help="training batch size in tokens")
+    parser.add_argument("--batch-size", type=positive, default=64, help="decoding batch size in sentences")
+    parser.add_argument("--beam", type=positive, default=decoding.BEAM,
                         help=f"decoding beam size (default {decoding.BEAM}, the papers')")
-    parser.add_argument("--rounds", type=positive(), default=5, help="timed rounds (one batch per model each)")
-    parser.add_argument("--warmup", type=positive(0), default=1,
+    parser.add_argument("--rounds", type=positive, default=5, help="timed rounds (one batch per model each)")
+    parser.add_argument("--warmup", type=whole, default=1,
                         help="untimed rounds first (--mode long: at the first length; on a GPU and in --mode "
                              "crossover: at every length)")
-    parser.add_argument("--vocab", type=positive(5), default=32000, help="joined dictionary size")
+    parser.add_argument("--vocab", type=at_least(5, int), default=32000, help="joined dictionary size")
     parser.add_argument("--lengths-from", type=Path, metavar="PREFIX",
                         help="prefix of an .en/.de pair of files whose word counts give the lengths "
                              f"(default: newstest2014's, shipped as {LENGTH_SAMPLE.name})")
-    parser.add_argument("--max-len", type=positive(), default=128)
-    parser.add_argument("--threads", type=positive(), help="CPU threads (default: torch's, all cores)")
+    parser.add_argument("--max-len", type=positive, default=128)
+    parser.add_argument("--threads", type=positive, help="CPU threads (default: torch's, all cores)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help="also write the markdown table here (a file the benchmark wrote "
                         "is replaced with --force only; anyone else's never)")
     parser.add_argument("--force", action="store_true", help="replace an --out that the benchmark wrote")
     parser.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc malloc's defaults")
-    parser.add_argument("--lengths", type=positive(), nargs="+",
+    parser.add_argument("--lengths", type=positive, nargs="+",
                         help=f"--mode long / crossover: sequence lengths (default {' '.join(map(str, LONG_LENGTHS))} "
                              f"/ {' '.join(map(str, CROSSOVER_LENGTHS))})")
-    parser.add_argument("--tokens", type=positive(), default=8192, help="--mode long and crossover: tokens per batch")
+    parser.add_argument("--tokens", type=positive, default=8192, help="--mode long and crossover: tokens per batch")
     parser.add_argument("--dense-limit-gb", type=float, default=4.0,
                         help="--mode long and crossover: skip a dense attention whose scores alone exceed this")
     parser.add_argument("--whole-max-len", type=int, default=4096,
