@@ -170,6 +170,11 @@ def test_window_sweep_collects_runs_in_order(tmp_path):
     write(tmp_path / "sweep/csan1d_window5/sweep.env", ["kind=window", "value=5"])  # an earlier version's run
     with pytest.raises(Refusal, match="sweep.env was written by an earlier version of the kit"):
         window_sweep.collect(tmp_path / "sweep", "bleu_tok")
+    (tmp_path / "sweep/csan1d_window5/sweep.env").unlink()  # a folder of the user's, without a score: passed over
+    assert window_sweep.collect(tmp_path / "sweep", "bleu_tok") == rows
+    (tmp_path / "sweep/csan1d_window11/sweep.json").unlink()  # a score without its point: refused, not left out
+    with pytest.raises(Refusal, match="csan1d_window11 has an evaluation but no sweep.json"):
+        window_sweep.collect(tmp_path / "sweep", "bleu_tok")
 
 
 def test_analysis_commands_name_a_missing_file(tmp_path):

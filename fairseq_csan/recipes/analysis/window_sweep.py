@@ -4,7 +4,8 @@ size M, and of 2D-CSAN against the number of heads N in its area (window fixed).
 usage: python -m fairseq_csan.recipes.analysis.window_sweep --sweep SWEEP_OUT --out DIR [--metric bleu_tok] [--force]
 
 SWEEP_OUT is the --out of scripts/sweep.sh: one folder per run with sweep.json (kind: window or
-heads, value; a sweep of an earlier version of the kit is refused) and eval/results.json. Writes
+heads, value; a sweep of an earlier version of the kit is refused, and so is a score without
+it) and eval/results.json. Writes
 DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
 """
 
@@ -20,7 +21,12 @@ LABELS = {"window": "1D-CSAN: window size M", "heads": "2D-CSAN: heads N in the 
 def collect(sweep: Path, metric: str):
     """Rows (kind, value, score, run folder), sorted by kind then value."""
     rows = []
-    for run in sorted(p for p in sweep.iterdir() if p.is_dir() and SWEEP.exists(p)) if sweep.is_dir() else []:
+    for run in sorted(p for p in sweep.iterdir() if p.is_dir()) if sweep.is_dir() else []:
+        if not SWEEP.exists(run):  # a point's score without the record of which point it is: never guessed
+            if RESULTS.path(run / "eval").is_file():
+                raise Refusal(f"{run} has an evaluation but no {SWEEP.file} (which point of the sweep it is): run "
+                              "scripts/sweep.sh for it again, or move the folder out of --sweep")
+            continue
         settings, results = SWEEP.read(run), RESULTS.read(run / "eval")
         if results is None:
             say(f"{run.name}: no eval/results.json yet; left out")
