@@ -1128,6 +1128,8 @@ def test_every_record_a_command_reads_fails_closed_and_a_copy_acts_on_itself(tre
                        "--unchecked")
     assert done.returncode == 0 and "--unchecked: " in done.stderr and "nothing of its lineage was checked" in done.stderr
     assert EXPORT.read(outputs["export"])["unchecked"] is True and EXPORT.read(outputs["export"])["made_from"] is None
+    done = recipe_main("analysis.gate_weights", *commands["analysis.gate_weights"], "--unchecked")  # taken, then measured
+    assert "--unchecked: " in done.stderr and "has no context-aware gates" in done.stderr, done.stderr  # (a csan2d model)
     (tmp_path / "run.json").rename(ck / "run.json")
     # the copy redone with --force, beside files of the user's named as the kit's temporaries and backups
     theirs = [ev / ".generate.txt.1-abcdef.tmp", copy / ".model.1-abcdef.old" / "notes.txt"]
