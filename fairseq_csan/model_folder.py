@@ -52,14 +52,14 @@ def unsealed(folder, about) -> str:
             "or differs: changed by hand, or written by an earlier version); export the model again")
 
 
-def verify(folder) -> dict:
+def verify(folder) -> None:
     """Raise DamagedModelFolder, naming the file, unless ``folder/export.json`` is as export wrote
-    it (its seal of itself) and every file it lists is there with its recorded hash. Returns the
-    record; a folder without export.json passes ({})."""
+    it (its seal of itself) and every file it lists is there with its recorded hash. A folder
+    without export.json passes."""
     folder = Path(folder)
     record = folder / "export.json"
     if not record.is_file():
-        return {}
+        return
     try:
         about = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -77,13 +77,12 @@ def verify(folder) -> dict:
         identities[name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     key = os.path.realpath(folder)
     if _checked.get(key) == identities:
-        return about
+        return
     for name, expected in files.items():
         if sha256(folder / name) != expected:
             raise DamagedModelFolder(f"model folder {folder}: {name} is not the file that export wrote "
                                      "(its SHA-256 differs from export.json's); export the model again")
     _checked[key] = identities
-    return about
 
 
 def verifying(from_pretrained):
