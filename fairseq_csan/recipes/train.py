@@ -10,10 +10,8 @@ fairseq-train command (``--dry-run`` prints it); run, in this order:
    orphaned by ``kill -9`` of train.sh runs on;
 2. checks the run's identity against SAVE/run.json (runner.RUN): another run in the folder, or this
    run made from other data, is refused;
-3. checks checkpoint_last.pt and checkpoint_best.pt: fairseq copies them from the interval
-   checkpoint without a temporary name, so a kill during the copy leaves them cut short; a
-   damaged checkpoint_last.pt (or one older than the newest interval checkpoint) is replaced,
-   atomically and with a message, by the newest intact checkpoint_E_U.pt;
+3. mends checkpoint_last.pt and checkpoint_best.pt, which a kill can leave cut short: a damaged
+   or stale checkpoint_last.pt becomes the newest intact checkpoint_E_U.pt (save_folder);
 4. runs the command (runner.run_child), its output appended to SAVE/train.log and shown, with a
    progress line now and then (:func:`progress_of`); SIGTERM, SIGINT or SIGHUP is passed on to the
    trainer, which this process then waits for (a lone fairseq-train that still runs
@@ -148,12 +146,10 @@ def check_arch(arch: str) -> None:
 
 @dataclass(frozen=True)
 class Data:
-    """A prepared task's binarised data: the folder, the languages, one joined dictionary?"""
-
-    binary: Path
+    binary: Path  # the prepared task's data-bin/, or the data-bin folder given
     src: str
     tgt: str
-    joined: bool
+    joined: bool  # one dictionary for both languages
 
 
 def read_data(data: str) -> Data:
@@ -162,8 +158,7 @@ def read_data(data: str) -> Data:
     if not binary.is_dir():
         raise Refusal(f"no data folder {data} (make one with examples/*/prepare.sh)")
     binary = Path(os.path.abspath(binary))
-    dicts = sorted(binary.glob("dict.*.txt"))
-    if len(dicts) != 2:
+    if len(list(binary.glob("dict.*.txt"))) != 2:
         raise Refusal(f"{binary} must hold exactly two dict.LANG.txt files (a fairseq-preprocess output)")
     if TASK.exists(root):
         task = PreparedTask.open(root)
@@ -203,8 +198,6 @@ def check_options(o) -> None:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the training processes are laid out."""
-
     launcher: str  # "" (one process), "torchrun" or "slurm"
     nodes: int  # machines
     procs: Optional[int]  # processes on each machine (GPUs, or CPU processes); None: one
@@ -240,30 +233,22 @@ def process_layout(o, papers_gpus: int, visible_gpus: Optional[int]) -> Layout:
     if o.port is not None and not (launcher == "slurm" or (launcher == "torchrun" and nodes > 1)):
         raise Refusal("--port is the rendezvous port of several machines (--nodes K > 1 with torchrun, or "
                       "--launcher slurm); one machine needs none")
-    precision = o.precision or "fp16"
-    if cpu_procs:
-        if o.precision == "fp16":
-            raise Refusal("--precision fp16 needs a GPU; --cpu-processes takes fp32 (default) or bf16")
-        precision = o.precision or "fp32"
-    elif o.tiny:
-        if o.precision == "fp16":
-            raise Refusal("--precision fp16 needs a GPU; --cpu-tiny takes fp32 (default) or bf16")
-        precision = o.precision or "fp32"  # bf16 works on the CPU, fp16 does not
+    on_cpu = "--cpu-processes" if cpu_procs else "--cpu-tiny" if o.tiny else None
+    if on_cpu and o.precision == "fp16":
+        raise Refusal(f"--precision fp16 needs a GPU; {on_cpu} takes fp32 (default) or bf16")
+    precision = o.precision or ("fp32" if on_cpu else "fp16")  # bf16 works on the CPU, fp16 does not
     port = o.port if o.port is not None else 29500
-    if o.tiny:
-        procs = cpu_procs
-        return Layout(launcher, nodes, procs, nodes * procs if procs else 1, 1, precision, node_rank, master_addr, port)
-    procs = cpu_procs or o.gpus  # CPU processes stand in for GPUs
-    if procs is None:
+    procs = cpu_procs if o.tiny else cpu_procs or o.gpus  # CPU processes stand in for GPUs; --cpu-tiny alone: one
+    if procs is None and not o.tiny:
         procs = papers_gpus if visible_gpus is None else visible_gpus
-    if procs < 1:
+    if not o.tiny and procs < 1:
         raise Refusal("no GPU found: train on GPUs, or use --cpu-tiny for a smoke run or --dry-run to see the command")
-    world = nodes * procs
-    return Layout(launcher, nodes, procs, world, -(-papers_gpus // world), precision, node_rank, master_addr, port)
+    world = nodes * procs if procs else 1
+    update_freq = 1 if o.tiny else -(-papers_gpus // world)
+    return Layout(launcher, nodes, procs, world, update_freq, precision, node_rank, master_addr, port)
 
 
 def batch_warning(layout: Layout, papers_gpus: int, max_tokens: int) -> List[str]:
-    """A warning when the processes times the update frequency is not the papers' batch count."""
     batches = layout.update_freq * layout.world
     if batches == papers_gpus:
         return []
@@ -281,7 +266,7 @@ def share_mode(o, data: Data) -> str:
     two dictionaries: share the decoder's input and output embeddings only. A model folder to
     start from (--finetune-from) shares as its model does."""
     mode = o.share
-    if getattr(o, "start_from", None) is not None:
+    if o.start_from is not None:
         shape = o.start_from["shape"]
         theirs = "all" if shape.get("share_all_embeddings") else (
             "decoder" if shape.get("share_decoder_input_output_embed") else "none")
@@ -304,7 +289,7 @@ def hardware(o, layout: Layout) -> tuple:
     runner = ["python", "-m", "fairseq_csan.train"] if layout.precision == "bf16" or warm else ["fairseq-train"]
     precision = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}[layout.precision]
     if o.tiny:
-        hw = ["--cpu", "--num-workers", "0"] + (["--bf16"] if layout.precision == "bf16" else [])
+        hw = ["--cpu", "--num-workers", "0", *precision]  # fp32 or bf16
         hw += ["--distributed-world-size", str(layout.world)] if layout.procs else []
     else:
         hw = ["--cpu"] * bool(o.cpu_procs) + ["--distributed-world-size", str(layout.world), "--update-freq",
@@ -331,7 +316,7 @@ def schedule(o, hp: dict) -> dict:
     rate, warm-up and the intervals of the checkpoints and the log."""
     sized, common, small = hp["sizes"][model_size(o)], hp["all_sizes"], hp["cpu_tiny"]
     if o.tiny:
-        max_update = o.max_update if o.max_update is not None else small["max_update"]
+        max_update = o.max_update or small["max_update"]
         s = dict(model=[w for k, v in small["model"].items() for w in (f"--{k.replace('_', '-')}", str(v))],
                  max_tokens=o.max_tokens or small["max_tokens"], warmup=small["warmup_updates"], lr=small["lr"],
                  log_every=small["log_interval"],
@@ -342,8 +327,7 @@ def schedule(o, hp: dict) -> dict:
         # eq. 3's peak learning rate, d_model^-0.5 * warmup^-0.5, reached at the end of the warm-up
         s = dict(model=[], max_tokens=o.max_tokens or common["max_tokens"], warmup=warmup,
                  lr=f"{sized['d_model'] ** -0.5 * warmup ** -0.5:.3g}", log_every=common["log_interval"],
-                 save_every=common["save_interval_updates"],
-                 max_update=o.max_update if o.max_update is not None else sized["max_update"])
+                 save_every=common["save_interval_updates"], max_update=o.max_update or sized["max_update"])
     if o.start_from is not None:  # the folder's shape, its weights, and a fine-tuning's learning rate and warm-up
         from .export import shape_arguments
 
@@ -393,14 +377,13 @@ def build(o) -> dict:
     warnings = [] if o.tiny else batch_warning(layout, papers, o.max_tokens or hp["all_sizes"]["max_tokens"])
     check_arch(o.arch)
     # machines other than rank 0 (torchrun, --nodes K) log beside it, not into its log
-    suffix = f".node{o.node_rank}" if o.node_rank else ""
+    part = f"node{o.node_rank}" if o.node_rank else None
     save = Path(o.save)
     identity = RUN.typed(dict(arch=o.arch, data=str(data.binary), size=model_size(o), seed=o.seed,
-                              share=share_mode(o, data), tiny=o.tiny,
-                              **warm_start(o, read)))
-    return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, identity=identity,
-                rank0=not o.node_rank, one_machine=layout.nodes == 1, log=save / f"train{suffix}.log",
-                part=f"node{o.node_rank}" if o.node_rank else None)
+                              share=share_mode(o, data), tiny=o.tiny, **warm_start(o, read)))
+    return dict(cmd=cmd, warnings=warnings, launcher=layout.launcher, save=save, save_given=o.save, force=o.force,
+                identity=identity, rank0=not o.node_rank, one_machine=layout.nodes == 1, part=part,
+                log=save / (f"train.{part}.log" if part else "train.log"))
 
 
 def warm_start(o, read) -> dict:
@@ -498,19 +481,18 @@ def progress_of(cmd: List[str]) -> Progress:
 def resumed(plan: dict) -> bool:
     """Rank 0 (which reads the checkpoint and sends it to the others) mends checkpoint_last.pt and
     checkpoint_best.pt; True where the run has finished already (nothing to train)."""
-    save = plan["save"]
+    last, limit = plan["save"] / "checkpoint_last.pt", flag_value(plan["cmd"], "--max-update")
     if not plan["rank0"]:
         return False
-    for message in repair_checkpoints(save):
+    for message in repair_checkpoints(plan["save"]):
         say(message)
-    if not (save / "checkpoint_last.pt").is_file():
+    if not last.is_file():
         return False
-    check_same_run(save / "checkpoint_last.pt", plan["identity"])
-    done = finished(save / "checkpoint_last.pt", flag_value(plan["cmd"], "--max-update")) if plan["one_machine"] else None
+    check_same_run(last, plan["identity"])
+    done = finished(last, limit) if plan["one_machine"] else None
     if done is not None:
-        say(f"{plan['save_given']}/checkpoint_last.pt is at update {done}, and --max-update is "
-            f"{flag_value(plan['cmd'], '--max-update')}: this run has finished, nothing to train (a larger --max-update "
-            "trains on)")
+        say(f"{plan['save_given']}/checkpoint_last.pt is at update {done}, and --max-update is {limit}: this run has "
+            "finished, nothing to train (a larger --max-update trains on)")
         return True
     say(f"resuming from {plan['save_given']}/checkpoint_last.pt")
     return False
@@ -551,7 +533,6 @@ def summary(train_log: Path) -> str:
 def main(argv=None) -> None:
     opts = parse(argv)
     plan = build(opts)
-    plan["save_given"], plan["force"] = opts.save, opts.force
     for warning in plan["warnings"]:
         say(warning)
     if opts.dry_run:
