@@ -50,20 +50,18 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
     splits, and a validation or test set whose pairs are training pairs too (all of them: the set
     lies inside the training set). The training files are read once, as bytes; only the other
     splits' pairs are held in memory."""
-    notes, uses = [], {}
+    uses = {}
     for split in splits:
         for _, files in located[split]:
             for lang, path in files.items():
                 uses.setdefault(os.path.realpath(path), []).append(f"{split}.{lang}")
-    for path, where in sorted(uses.items()):
-        if len({use.split(".")[0] for use in where}) > 1:
-            notes.append(f"one file, {path}, is given for {' and '.join(where)}")
+    notes = [f"one file, {path}, is given for {' and '.join(where)}" for path, where in sorted(uses.items())
+             if len({use.split(".")[0] for use in where}) > 1]
     held = {}  # (source line, target line) -> the splits that hold the pair
-    for split in splits:
-        if split != "train":
-            with open(task.raw(split, src), "rb") as a, open(task.raw(split, tgt), "rb") as b:
-                for pair in zip(a, b):
-                    held.setdefault(pair, set()).add(split)
+    for split in (split for split in splits if split != "train"):
+        with open(task.raw(split, src), "rb") as a, open(task.raw(split, tgt), "rb") as b:
+            for pair in zip(a, b):
+                held.setdefault(pair, set()).add(split)
     found = {}
     with open(task.raw("train", src), "rb") as a, open(task.raw("train", tgt), "rb") as b:
         for pair in zip(a, b):
@@ -208,7 +206,8 @@ def parse(argv=None):
     if args.task != FILES:
         spec = args.spec = corpora.TASKS[args.task]
         args.default_merges, args.default_raw = spec.merges, Path(spec.default_raw) if spec.default_raw else None
-        ignored = flags_given(args, "--raw-dir", "--out", "--merges", "--workers", "--no-download", "--force", "--dry-run")
+        ignored = flags_given(args, "--raw-dir", "--out", "--merges", "--workers", "--no-download", "--force",
+                              "--dry-run")
         if args.list and ignored:
             raise Refusal(f"--list prints what the raw folder must hold, and exits: {ignored} would be ignored; give "
                           "--list alone")
@@ -257,9 +256,8 @@ def settings_of(args, spec) -> dict:
 
 
 def plan(args) -> dict:
-    """Every check before the first step writes: the tools, the raw corpora (found, or downloaded
-    and extracted: not on a dry run), no output where an input lies, no file of anyone else's
-    where prepare writes, the task's settings; the task as it will be."""
+    """Every check before the first step writes (the module's docstring), the raw corpora found (or
+    downloaded and extracted: not on a dry run); the task as it will be."""
     spec = args.spec
     out = args.out or Path("data") / spec.name
     raw = args.raw_dir or Path(os.environ.get(spec.raw_env) or args.default_raw or out / "downloads")
@@ -293,8 +291,7 @@ def plan(args) -> dict:
 
 
 def begin(p: dict) -> PreparedTask:
-    """--force: what prepare wrote in OUT removed (never the downloads); the task record and the
-    tools' versions written."""
+    """--force's removal, then the task record and the tools' versions written."""
     out, args = p["out"], p["args"]
     if args.force and out.exists():
         say(f"--force: removing what prepare wrote in {out} (raw, tok, bpe, data-bin, .steps; never the downloads)")
@@ -309,16 +306,13 @@ def would(p: dict, step: Step, what: str, short: str, why: Optional[str]) -> boo
     it); a step whose outputs are there but which reads what a step above redoes "may run"."""
     changing, missing = p["changing"], [path for path in step.outputs if not path.exists()]
     reason = why or ("--force" if p["args"].force else f"no {missing[0]}" if missing else None)
-    if reason is None and changing & {str(path) for path in step.inputs}:
-        changing.update(str(path) for path in step.outputs)
-        say(f"may run: {what} (where a step above changes what it reads)")
-        return True
-    reason = reason or step.stale()
-    if reason is None:
+    may = reason is None and changing & {str(path) for path in step.inputs}
+    reason = reason or (None if may else step.stale())
+    if not (reason or may):
         say(f"{short or what}: up to date; would be skipped")
         return False
     changing.update(str(path) for path in step.outputs)
-    say(f"would run: {what} ({reason})")
+    say(f"may run: {what} (where a step above changes what it reads)" if may else f"would run: {what} ({reason})")
     return True
 
 
@@ -421,8 +415,8 @@ def segment(p: dict, task: PreparedTask) -> List[Path]:
     for langs in () if like_info else [(src, tgt)] if task.joint else [(src,), (tgt,)]:
         inputs, codes = [clean[lang] for lang in langs], task.codes(langs[0])
         step(p, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], partial(learn_bpe, merges, inputs, named=codes),
-             f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} (subword-nmt; long on "
-             "the full corpus)", f"4/6 BPE: {codes}", merges=merges, **{"subword-nmt": bpe_version})
+             f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} (subword-nmt; long "
+             "on the full corpus)", f"4/6 BPE: {codes}", merges=merges, **{"subword-nmt": bpe_version})
     if like_info:  # the folder's codes, as they are
         codes = Path(like_info["folder"]) / like_info["bpe_file"]
         step(p, "like_bpe", [codes], [task.codes(src)], partial(shutil.copyfile, codes),
