@@ -7,7 +7,7 @@ unchanged. This module reads those settings from the folder's checkpoint (its ``
 ``bpe`` as fairseq's hub interface uses them) and applies them through fairseq's own encoder
 registry (``fairseq.data.encoders``: moses, csan_recipe, subword_nmt, fastbpe, sentencepiece,
 ...), so each line is made exactly as ``from_pretrained(FOLDER).translate`` makes it; prepare
-then binarises with fairseq-preprocess ``--srcdict/--tgtdict`` (:func:`dictionary_flags`).
+then binarises with fairseq-preprocess ``--srcdict/--tgtdict``.
 """
 
 from __future__ import annotations
@@ -53,10 +53,14 @@ def read(folder: Path, src: str, tgt: str, unchecked: bool = False) -> dict:
             "dicts": {lang: {"file": str(path.resolve()), "sha256": sha256(path)} for lang, path in model["dicts"].items()}}
 
 
-def _encoders(like: dict, lang: str):
+def encode_file(like: dict, kind: str, lang: str, source: Path, target: Path) -> None:
+    """``source`` (one sentence a line) encoded by the folder's ``kind``, "tokenizer" (of raw text) or
+    "bpe" (of tokenised text), into ``target``, as the hub interface encodes a sentence."""
     from argparse import Namespace
 
     from fairseq_csan import register
+
+    from .text import iter_lines
 
     register()  # --tokenizer csan_recipe is ours
     from fairseq.data import encoders
@@ -69,27 +73,7 @@ def _encoders(like: dict, lang: str):
         bpe = encoders.build_bpe(Namespace(bpe=like["bpe"], **{BPE_OPTION[like["bpe_file"]]: str(folder / like["bpe_file"])}))
     except ImportError as error:  # fastBPE, sentencepiece: packages of their own
         raise Refusal(f"--like {folder} splits with --bpe {like['bpe']}: {error}") from None
-    return tokenizer, bpe
-
-
-def _encode_file(encoder, source: Path, target: Path) -> None:
-    from .text import iter_lines
-
+    encoder = tokenizer if kind == "tokenizer" else bpe
     with open(target, "w", encoding="utf-8") as out:
         for line in iter_lines(source):
             out.write((encoder.encode(line) if encoder is not None and line.strip() else line.strip()) + "\n")
-
-
-def tokenize_file(like: dict, lang: str, source: Path, target: Path) -> None:
-    """``source`` (raw, one sentence a line) tokenised by the folder's tokenizer into ``target``."""
-    _encode_file(_encoders(like, lang)[0], source, target)
-
-
-def bpe_file(like: dict, lang: str, source: Path, target: Path) -> None:
-    """``source`` (tokenised) split by the folder's BPE into ``target``."""
-    _encode_file(_encoders(like, lang)[1], source, target)
-
-
-def dictionary_flags(like: dict, src: str, tgt: str) -> list:
-    """fairseq-preprocess's words that binarise with the folder's dictionaries unchanged."""
-    return ["--srcdict", like["dicts"][src]["file"], "--tgtdict", like["dicts"][tgt]["file"]]

@@ -30,8 +30,9 @@ import os
 import re
 import shutil
 import time
+from functools import partial
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from . import corpora, like, text
 from .command_line import UNCHECKED, Parser, at_least, language, positive
@@ -49,20 +50,18 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
     splits, and a validation or test set whose pairs are training pairs too (all of them: the set
     lies inside the training set). The training files are read once, as bytes; only the other
     splits' pairs are held in memory."""
-    notes, uses = [], {}
+    uses = {}
     for split in splits:
         for _, files in located[split]:
             for lang, path in files.items():
                 uses.setdefault(os.path.realpath(path), []).append(f"{split}.{lang}")
-    for path, where in sorted(uses.items()):
-        if len({use.split(".")[0] for use in where}) > 1:
-            notes.append(f"one file, {path}, is given for {' and '.join(where)}")
+    notes = [f"one file, {path}, is given for {' and '.join(where)}" for path, where in sorted(uses.items())
+             if len({use.split(".")[0] for use in where}) > 1]
     held = {}  # (source line, target line) -> the splits that hold the pair
-    for split in splits:
-        if split != "train":
-            with open(task.raw(split, src), "rb") as a, open(task.raw(split, tgt), "rb") as b:
-                for pair in zip(a, b):
-                    held.setdefault(pair, set()).add(split)
+    for split in (split for split in splits if split != "train"):
+        with open(task.raw(split, src), "rb") as a, open(task.raw(split, tgt), "rb") as b:
+            for pair in zip(a, b):
+                held.setdefault(pair, set()).add(split)
     found = {}
     with open(task.raw("train", src), "rb") as a, open(task.raw("train", tgt), "rb") as b:
         for pair in zip(a, b):
@@ -194,40 +193,38 @@ def own_corpus_defaults(src: str, tgt: str):
     return (0, 9.0) if segmented else (1, 1.5)
 
 
+def flags_given(args, *flags) -> str:
+    """Those of ``flags`` given on the command line (a value other than None or False), as a list."""
+    return ", ".join(flag for flag in flags if getattr(args, flag[2:].replace("-", "_")) not in (None, False))
+
+
 def parse(argv=None):
-    p = parser()
-    args, _ = p.read(argv)
+    args, _ = parser().read(argv)
     if args.task is None:
         raise Refusal(f"give a task: files (your own corpus) or a preset ({', '.join(sorted(corpora.TASKS))})")
-    if args.task == FILES:
-        args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
-        args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
-        args.like_info = None
-        if args.unchecked and args.like is None:
-            raise Refusal("--unchecked takes a --like folder without export.json; give --like FOLDER too, or leave it out")
-        if args.like is not None:
-            given = [flag for flag, value in (("--merges", args.merges), ("--joint-bpe", args.joint_bpe),
-                                              ("--pretokenized", args.pretokenized)) if value not in (None, False)]
-            if given:
-                raise Refusal(f"--like {args.like} decides the tokens, the BPE and the dictionaries: leave out "
-                              f"{', '.join(given)}")
-            args.like_info = like.read(args.like, args.src, args.tgt, args.unchecked)
-            args.merges, args.joint_bpe, args.pretokenized = 0, 1, args.like_info["pretokenized"]
-        joint, ratio = own_corpus_defaults(args.src, args.tgt)
-        args.joint_bpe = joint if args.joint_bpe is None else args.joint_bpe
-        args.clean_ratio = ratio if args.clean_ratio is None else args.clean_ratio
-        return args
-    spec = args.spec = corpora.TASKS[args.task]
     args.like_info = None
-    args.default_merges, args.default_raw = spec.merges, Path(spec.default_raw) if spec.default_raw else None
-    if args.list:
-        given = [flag for flag, value in (("--raw-dir", args.raw_dir), ("--out", args.out), ("--merges", args.merges),
-                                          ("--workers", args.workers), ("--no-download", args.no_download),
-                                          ("--force", args.force), ("--dry-run", args.dry_run))
-                 if value not in (None, False)]
-        if given:
-            raise Refusal(f"--list prints what the raw folder must hold, and exits: {', '.join(given)} would be "
-                          "ignored; give --list alone")
+    if args.task != FILES:
+        spec = args.spec = corpora.TASKS[args.task]
+        args.default_merges, args.default_raw = spec.merges, Path(spec.default_raw) if spec.default_raw else None
+        ignored = flags_given(args, "--raw-dir", "--out", "--merges", "--workers", "--no-download", "--force",
+                              "--dry-run")
+        if args.list and ignored:
+            raise Refusal(f"--list prints what the raw folder must hold, and exits: {ignored} would be ignored; give "
+                          "--list alone")
+        return args
+    args.spec = corpora.files_task(args.src, args.tgt, args.train, args.valid, args.test)
+    args.default_merges, args.raw_dir, args.default_raw, args.no_download, args.list = 32000, Path(""), None, True, False
+    if args.unchecked and args.like is None:
+        raise Refusal("--unchecked takes a --like folder without export.json; give --like FOLDER too, or leave it out")
+    if args.like is not None:
+        decided = flags_given(args, "--merges", "--joint-bpe", "--pretokenized")
+        if decided:
+            raise Refusal(f"--like {args.like} decides the tokens, the BPE and the dictionaries: leave out {decided}")
+        args.like_info = like.read(args.like, args.src, args.tgt, args.unchecked)
+        args.merges, args.joint_bpe, args.pretokenized = 0, 1, args.like_info["pretokenized"]
+    joint, ratio = own_corpus_defaults(args.src, args.tgt)
+    args.joint_bpe = joint if args.joint_bpe is None else args.joint_bpe
+    args.clean_ratio = ratio if args.clean_ratio is None else args.clean_ratio
     return args
 
 
@@ -248,9 +245,8 @@ def settings_of(args, spec) -> dict:
     """What task.json records: the task, its languages and the settings that make it."""
     src, tgt, like_info = spec.src, spec.tgt, args.like_info
     pretokenized = bool(getattr(args, "pretokenized", False))
-    tokenizers = {lang: text.tokenizer_name(lang, pretokenized) for lang in (src, tgt)}
-    if like_info:
-        tokenizers = {lang: f"{like_info['tokenizer']} of --like {like_info['folder']}" for lang in (src, tgt)}
+    tokenizers = {lang: f"{like_info['tokenizer']} of --like {like_info['folder']}" if like_info else
+                  text.tokenizer_name(lang, pretokenized) for lang in (src, tgt)}
     tests = [s for s in spec.splits if s.startswith("test")]
     return {"task": spec.name, "src": src, "tgt": tgt, "merges": 0 if like_info else args.merges or args.default_merges,
             "joint_bpe": args.joint_bpe, "clean_max_len": args.clean_max_len, "clean_ratio": f"{args.clean_ratio:g}",
@@ -260,27 +256,27 @@ def settings_of(args, spec) -> dict:
 
 
 def plan(args) -> dict:
-    """Every check before the first step writes: the tools, the raw corpora (found, or downloaded
-    and extracted: not on a dry run), no output where an input lies, no file of anyone else's
-    where prepare writes, the task's settings; the task as it will be."""
+    """Every check before the first step writes (the module's docstring), the raw corpora found (or
+    downloaded and extracted: not on a dry run); the task as it will be."""
     spec = args.spec
     out = args.out or Path("data") / spec.name
-    raw = args.raw_dir if args.task == FILES else args.raw_dir or (
-        Path(os.environ[spec.raw_env]) if os.environ.get(spec.raw_env) else None) or args.default_raw or out / "downloads"
+    raw = args.raw_dir or Path(os.environ.get(spec.raw_env) or args.default_raw or out / "downloads")
     check_tools(spec.src, spec.tgt)
     owned = {sub: out / sub for sub in OWNED}
+    writes = {f"--out {out}'s {sub}/": path for sub, path in owned.items()}
+    real_raw = Path(os.path.realpath(raw))
     for sub, path in owned.items() if args.task != FILES else ():  # (a --raw-dir around OUT is fine)
-        if _holds(path, raw):
+        if Path(os.path.realpath(path)) in (real_raw, *real_raw.parents):
             raise Refusal(f"--out {out}'s {sub}/ {path} is or holds --raw-dir {raw}, which this command reads; keep the "
                           "raw corpora elsewhere (the default is OUT/downloads)")
+    given = {}  # prepare files: the user's files, each named
     for corpus in (c for cs in spec.splits.values() for c in cs) if args.task == FILES else ():
-        for lang, path in corpus.layouts[0].items():  # the user's files, each named
+        for lang, path in corpus.layouts[0].items():
             if not corpora.present(path):
                 raise Refusal(f"{corpus.name}: no file {path} (its {lang} side: PREFIX.{spec.src} and PREFIX.{spec.tgt}, "
                               f"line-aligned UTF-8, or PREFIX.{spec.src}.gz and PREFIX.{spec.tgt}.gz)")
-    given = {f"--{split} {corpus.name}": f for split, cs in spec.splits.items() for corpus in cs
-             for f in corpus.layouts[0].values()} if args.task == FILES else {}
-    refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, given)
+            given[f"{corpus.name}'s {lang} side"] = path
+    refuse_overlaps(writes, given)
     if not args.dry_run:
         WriterLock(out, folder=True, what=f"prepare.sh ({spec.name})").acquire()  # held to the end
     check_owned(owned.values(), "prepare", None, "--out", redo=True)  # before any download: nothing of the user's is replaced
@@ -288,20 +284,14 @@ def plan(args) -> dict:
                if args.task == FILES or not args.dry_run else found_as_they_are(spec, split, raw, args.no_download)
                for split in spec.splits}
     inputs = {f"the {split} corpus": f for split in spec.splits for _, files in located[split] or () for f in files.values()}
-    refuse_overlaps({f"--out {out}'s {sub}/": path for sub, path in owned.items()}, inputs)
+    refuse_overlaps(writes, inputs)
     task = PreparedTask.create(out, settings_of(args, spec), force=args.force, write=False)
     return dict(args=args, spec=spec, out=out, raw=raw, located=located, task=task, owned=owned,
                 workers=args.workers or os.cpu_count() or 4, changing=set())
 
 
-def _holds(path: Path, raw: Path) -> bool:
-    inside = os.path.realpath(raw)
-    return inside == os.path.realpath(path) or inside.startswith(os.path.realpath(path) + os.sep)
-
-
 def begin(p: dict) -> PreparedTask:
-    """--force: what prepare wrote in OUT removed (never the downloads); the task record and the
-    tools' versions written."""
+    """--force's removal, then the task record and the tools' versions written."""
     out, args = p["out"], p["args"]
     if args.force and out.exists():
         say(f"--force: removing what prepare wrote in {out} (raw, tok, bpe, data-bin, .steps; never the downloads)")
@@ -311,28 +301,29 @@ def begin(p: dict) -> PreparedTask:
     return task
 
 
-def would(p: dict, step: Step, what: str, short: str) -> bool:
-    """A dry run's line for a step: what it would do and why, as the run's line says it; a step
-    whose outputs are there but which reads what a step above redoes "may run"."""
+def would(p: dict, step: Step, what: str, short: str, why: Optional[str]) -> bool:
+    """A dry run's line for a step: what it would do and why (``why``, or as the run's line says
+    it); a step whose outputs are there but which reads what a step above redoes "may run"."""
     changing, missing = p["changing"], [path for path in step.outputs if not path.exists()]
-    reason = "--force" if p["args"].force else f"no {missing[0]}" if missing else None
-    if reason is None and changing & {str(path) for path in step.inputs}:
-        changing.update(str(path) for path in step.outputs)
-        say(f"may run: {what} (where a step above changes what it reads)")
-        return True
-    reason = reason or step.stale()
-    if reason is None:
+    reason = why or ("--force" if p["args"].force else f"no {missing[0]}" if missing else None)
+    may = reason is None and changing & {str(path) for path in step.inputs}
+    reason = reason or (None if may else step.stale())
+    if not (reason or may):
         say(f"{short or what}: up to date; would be skipped")
         return False
     changing.update(str(path) for path in step.outputs)
-    say(f"would run: {what} ({reason})")
+    say(f"may run: {what} (where a step above changes what it reads)" if may else f"would run: {what} ({reason})")
     return True
 
 
-def step(p: dict, name: str, inputs, outputs, action, what: str, short: str = "", **settings) -> bool:
-    """One step of the plan: listed on a dry run, else run where it is not current (runner.make)."""
+def step(p: dict, name: str, inputs, outputs, action, what: str, short: str = "", why: Optional[str] = None,
+         **settings) -> bool:
+    """One step of the plan: listed on a dry run, else run where it is not current (runner.make),
+    ``action`` given the outputs' temporaries, one argument each."""
     s = Step(p["task"].root, name, inputs, outputs, settings)
-    return would(p, s, what, short) if p["args"].dry_run else s.make(action, what=what, short=short)
+    if p["args"].dry_run:
+        return would(p, s, what, short, why)
+    return s.make(lambda temps: action(*temps), what=what, short=short)
 
 
 def call(argv, stdout=None, stdin=(), progress=None) -> None:
@@ -362,22 +353,22 @@ def learn_bpe(merges: int, inputs, codes, named: Path) -> None:
             "occurs twice in the training text (a small corpus)")
 
 
-def gather(p: dict, task: PreparedTask) -> bool:
+def apply_bpe(codes: Path, workers: int, source: Path, target: Path) -> None:
+    call(["subword-nmt", "apply-bpe", "-c", codes, "--num-workers", workers, "--input", source, "--output", target])
+
+
+def gather(p: dict, task: PreparedTask) -> None:
     """Step 1, each split; then what looks like a mistake in the corpora said (and kept in task.json)."""
     spec, raw, located, (src, tgt) = p["spec"], p["raw"], p["located"], (p["spec"].src, p["spec"].tgt)
     gathered = False
-    for split in spec.splits:
-        if located[split] is None:  # a dry run, and a corpus not there as files
-            p["changing"].update(str(task.raw(split, lang)) for lang in (src, tgt))
-            say(f"would run: 1/6 gather {split} from {raw} (a corpus to extract or download first)")
-            continue
-        inputs = [f for _, files in located[split] for f in files.values()]
-        gathered |= step(p, f"gather.{split}", inputs, [task.raw(split, src), task.raw(split, tgt)],
-                         lambda temps, split=split: corpora.write_split(spec, split, located[split],
-                                                                        {src: temps[0], tgt: temps[1]}),
-                         f"1/6 gather {split} from {raw}", f"1/6 gather {split}", task=spec.name)
+    for split in spec.splits:  # (located None: a dry run, and a corpus not there as files)
+        gathered |= step(p, f"gather.{split}", [f for _, files in located[split] or () for f in files.values()],
+                         [task.raw(split, src), task.raw(split, tgt)],
+                         lambda a, b, split=split: corpora.write_split(spec, split, located[split], {src: a, tgt: b}),
+                         f"1/6 gather {split} from {raw}", f"1/6 gather {split}", task=spec.name,
+                         why=None if located[split] is not None else "a corpus to extract or download first")
     if p["args"].dry_run:
-        return gathered
+        return
     found = task.settings.get("warnings")
     if gathered or found is None:
         found = suspicious(task, list(spec.splits), src, tgt, located) + tokenised_already(
@@ -386,81 +377,74 @@ def gather(p: dict, task: PreparedTask) -> bool:
         say(f"warning: {warning}")
     if task.settings.get("warnings") != found:
         task.settings = TASK.write(task.root, {**task.settings, "warnings": found})
-    return gathered
 
 
 def tokenise(p: dict, task: PreparedTask) -> None:
-    """Step 2: each split and language, by its rule (or the --like folder's tokenizer)."""
+    """Step 2: each split and language, by its rule (or the --like folder's tokenizer, through
+    fairseq's registry)."""
     like_info, tools = p["args"].like_info, text.versions()
     for split in task.splits:
         for lang in (task.src, task.tgt):
-            source, target, label = task.raw(split, lang), task.tok(split, lang), f"2/6 tokenise {split}.{lang}"
-            if like_info:  # the folder's tokenizer, through fairseq's registry
-                step(p, f"tok.{split}.{lang}", [source], [target],
-                     lambda temps, lang=lang, source=source: like.tokenize_file(like_info, lang, source, temps[0]),
-                     f"{label} ({like_info['tokenizer']}, as --like)", label, lang=lang, like=like_info["model.pt"],
-                     tokenizer=like_info["tokenizer"])
-                continue
-            module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
-            rule = task.settings[f"tokenizer_{'src' if lang == task.src else 'tgt'}"]
-            step(p, f"tok.{split}.{lang}", [source], [target],
-                 lambda temps, lang=lang, source=source: text.tokenize_file(lang, source, temps[0], p["workers"],
-                                                                          task.pretokenized),
-                 label, label, lang=lang, tokenizer=text.AS_GIVEN if task.pretokenized else
-                 f"{module} {tools.get(module, tools.get('sacremoses'))}", **({"rule": rule} if "no rules" in rule else {}))
+            source, label = task.raw(split, lang), f"2/6 tokenise {split}.{lang}"
+            if like_info:
+                action = partial(like.encode_file, like_info, "tokenizer", lang, source)
+                what, how = f"{label} ({like_info['tokenizer']}, as --like)", {"like": like_info["model.pt"],
+                                                                               "tokenizer": like_info["tokenizer"]}
+            else:
+                module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
+                rule = task.settings[f"tokenizer_{'src' if lang == task.src else 'tgt'}"]
+                action = partial(text.tokenize_file, lang, source, workers=p["workers"], pretokenized=task.pretokenized)
+                what, how = label, {"tokenizer": text.AS_GIVEN if task.pretokenized else
+                                    f"{module} {tools.get(module, tools.get('sacremoses'))}",
+                                    **({"rule": rule} if "no rules" in rule else {})}
+            step(p, f"tok.{split}.{lang}", [source], [task.tok(split, lang)], action, what, label, lang=lang, **how)
 
 
 def segment(p: dict, task: PreparedTask) -> List[Path]:
     """Steps 3 to 5: the training pairs cleaned, BPE learnt (or the --like folder's codes) and
-    applied; the segmented files."""
+    applied (or the folder's BPE kind, through fairseq's registry); the segmented files."""
     args, like_info, (src, tgt) = p["args"], p["args"].like_info, (task.src, task.tgt)
-    clean = [task.root / "tok" / f"train.clean.{lang}" for lang in (src, tgt)]
-    step(p, "clean", [task.tok("train", src), task.tok("train", tgt)], clean,
-         lambda temps: text.clean_pair(task.tok("train", src), task.tok("train", tgt), temps[0], temps[1],
-                                       args.clean_max_len, args.clean_ratio),
+    tok = [task.tok("train", lang) for lang in (src, tgt)]
+    clean = {lang: task.root / "tok" / f"train.clean.{lang}" for lang in (src, tgt)}
+    step(p, "clean", tok, list(clean.values()),
+         partial(text.clean_pair, *tok, max_len=args.clean_max_len, ratio=args.clean_ratio),
          f"3/6 clean training pairs (1..{args.clean_max_len} tokens, ratio <= {args.clean_ratio:g}, tokens of "
          f"<= {text.MAX_TOKEN_CHARS} characters)", "3/6 clean", max_len=args.clean_max_len, ratio=args.clean_ratio,
          max_token_chars=text.MAX_TOKEN_CHARS)
     bpe_version, merges = text.versions().get("subword-nmt"), task.merges
-    learn = [((src, tgt), task.codes(src))] if task.joint else [((lang,), task.codes(lang)) for lang in (src, tgt)]
-    for langs, codes in learn if not like_info else ():
-        inputs = [task.root / "tok" / f"train.clean.{lang}" for lang in langs]
-        step(p, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], lambda temps, i=inputs, c=codes: learn_bpe(merges, i, temps[0], c),
-             f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} (subword-nmt; long on "
-             "the full corpus)", f"4/6 BPE: {codes}", merges=merges, **{"subword-nmt": bpe_version})
+    for langs in () if like_info else [(src, tgt)] if task.joint else [(src,), (tgt,)]:
+        inputs, codes = [clean[lang] for lang in langs], task.codes(langs[0])
+        step(p, f"learn_bpe.{'+'.join(langs)}", inputs, [codes], partial(learn_bpe, merges, inputs, named=codes),
+             f"4/6 learn {merges} {'joint ' if task.joint else ''}BPE merges on {'+'.join(langs)} (subword-nmt; long "
+             "on the full corpus)", f"4/6 BPE: {codes}", merges=merges, **{"subword-nmt": bpe_version})
     if like_info:  # the folder's codes, as they are
         codes = Path(like_info["folder"]) / like_info["bpe_file"]
-        step(p, "like_bpe", [codes], [task.codes(src)], lambda temps: shutil.copyfile(codes, temps[0]),
+        step(p, "like_bpe", [codes], [task.codes(src)], partial(shutil.copyfile, codes),
              f"4/6 BPE: the codes of --like ({codes})", f"4/6 BPE: {task.codes(src)}", bpe=like_info["bpe"])
     for split in task.splits:
         for lang in (src, tgt):
-            source = clean[(src, tgt).index(lang)] if split == "train" else task.tok(split, lang)
+            source = clean[lang] if split == "train" else task.tok(split, lang)
             target, what = task.root / "bpe" / f"{split}.{lang}", f"5/6 apply BPE to {split}.{lang}"
-            if like_info:  # the folder's BPE kind, through fairseq's registry
-                step(p, f"apply_bpe.{split}.{lang}", [source, task.codes(src)], [target],
-                     lambda temps, lang=lang, source=source: like.bpe_file(like_info, lang, source, temps[0]),
-                     f"{what} ({like_info['bpe']}, as --like)", f"5/6 apply BPE: {target}", bpe=like_info["bpe"])
-                continue
-            step(p, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target],
-                 lambda temps, lang=lang, source=source: call(["subword-nmt", "apply-bpe", "-c", task.codes(lang),
-                                                               "--num-workers", p["workers"], "--input", source,
-                                                               "--output", temps[0]]),
-                 what, f"5/6 apply BPE: {target}", **{"subword-nmt": bpe_version})
+            action, how = partial(apply_bpe, task.codes(lang), p["workers"], source), {"subword-nmt": bpe_version}
+            if like_info:
+                action, how = partial(like.encode_file, like_info, "bpe", lang, source), {"bpe": like_info["bpe"]}
+                what += f" ({like_info['bpe']}, as --like)"
+            step(p, f"apply_bpe.{split}.{lang}", [source, task.codes(lang)], [target], action, what,
+                 f"5/6 apply BPE: {target}", **how)
     return [task.root / "bpe" / f"{split}.{lang}" for split in task.splits for lang in (src, tgt)]
 
 
 def binarise(p: dict, task: PreparedTask, bpe_files: List[Path]) -> None:
-    """Step 6: fairseq-preprocess, with one joined dictionary, or the --like folder's dictionaries."""
+    """Step 6: fairseq-preprocess, with one joined dictionary, or the --like folder's dictionaries unchanged."""
     like_info, (src, tgt) = p["args"].like_info, (task.src, task.tgt)
-    joined, dictionaries = (["--joined-dictionary"] if task.joint else []), []
-    if like_info:  # binarised with the folder's dictionaries, unchanged
-        joined = like.dictionary_flags(like_info, src, tgt)
-        dictionaries = [Path(like_info["dicts"][lang]["file"]) for lang in (src, tgt)]
+    dictionaries = [Path(like_info["dicts"][lang]["file"]) for lang in (src, tgt)] if like_info else []
+    joined = ["--srcdict", dictionaries[0], "--tgtdict", dictionaries[1]] if like_info else (
+        ["--joined-dictionary"] if task.joint else [])
     tests = ",".join(str(task.root / "bpe" / split) for split in task.test_sets)
     step(p, "binarise", [*bpe_files, *dictionaries], [task.data_bin],
-         lambda temps: call(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt, "--trainpref",
-                             task.root / "bpe/train", "--validpref", task.root / "bpe/valid", "--testpref", tests,
-                             "--destdir", temps[0], *joined, "--workers", p["workers"]]),
+         lambda temp: call(["fairseq-preprocess", "--source-lang", src, "--target-lang", tgt, "--trainpref",
+                            task.root / "bpe/train", "--validpref", task.root / "bpe/valid", "--testpref", tests,
+                            "--destdir", temp, *joined, "--workers", p["workers"]]),
          "6/6 binarise with fairseq-preprocess", "6/6 binarise", joined=task.joint and not like_info, src=src, tgt=tgt)
 
 

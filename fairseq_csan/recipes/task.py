@@ -49,7 +49,7 @@ class PreparedTask:
     @classmethod
     def open(cls, root, flag: str = "--data") -> "PreparedTask":
         root = Path(root)
-        if not (TASK.exists(root) and (root / "data-bin").is_dir()):
+        if not is_task(root):
             raise Refusal(f"{flag} {root} is not a prepared task folder (no task.json or data-bin/; make one with "
                           "examples/<task>/prepare.sh or python -m fairseq_csan.recipes.prepare files)")
         settings = complete(TASK.read(root) or {})
@@ -112,9 +112,8 @@ class PreparedTask:
             raise Refusal(f"{root} was prepared with other settings ({changed}; see {TASK.path(root)}); use --force "
                           "to redo it or another --out")
         kept = {"warnings": before["warnings"]} if not force and "warnings" in before else {}
-        if not write:
-            return cls(root, {**settings, **kept})
-        return cls(root, TASK.write(root, {**settings, **kept}))
+        settings = {**settings, **kept}
+        return cls(root, TASK.write(root, settings) if write else settings)
 
 
 def is_task(root) -> bool:
