@@ -127,11 +127,9 @@ class WriterLock:
                               "another output") from None
             # the holder before us may have removed the file after we opened it: lock the file at
             # the path now, or try again
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                     return fd
-            except FileNotFoundError:
-                pass
             os.close(fd)
 
     def refuse_foreign(self, ours: bool, by: str) -> "WriterLock":

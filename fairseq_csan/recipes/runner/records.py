@@ -112,8 +112,8 @@ class Kind:
         except (ValueError, KeyError, TypeError) as error:
             raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
                           "hand or cut short: run the step that made it again") from None
-        if path.name == _EXPORT_FILE and unsealed(folder, values):  # a model folder's seal of itself
-            raise Damaged(unsealed(folder, values))
+        if path.name == _EXPORT_FILE and (why := unsealed(folder, values)):  # a model folder's seal of itself
+            raise Damaged(why)
         if self.written and path.name not in (_WRITTEN_FILE, _EXPORT_FILE):
             _believed(path, data)
         return values
