@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from .failure import Failed, _command_name, say
+from .records import _record_written
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _RESEND_S = 10  # seconds after a signal passed on before it is passed on again (run_child's resend)
@@ -197,7 +198,6 @@ def run_child(command: Sequence, log: Optional[Path] = None, *, append: bool = F
     """
     argv, name = [str(w) for w in command], name or os.path.basename(str(command[0]))
     hold, stdin = [hold] if hasattr(hold, "fd") else list(hold), list(stdin)
-    from .records import _record_written
 
     with _Signals(name, group, resend, kill_after) as signals:
         with contextlib.ExitStack() as opened:  # the logs, closed here once the child has them
