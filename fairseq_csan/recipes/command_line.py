@@ -53,15 +53,13 @@ class Parser(argparse.ArgumentParser):
         argv = list(sys.argv[1:] if argv is None else argv)
         cut = argv.index("--") if "--" in argv else len(argv)
         words = argv[:cut]
+        subcommands = {name: parser for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                       for name, parser in a.choices.items()}
         if any(w in ("-h", "--help") for w in words):  # wherever it stands; a subcommand's own where one is named
-            chosen = [a.choices[w] for a in self._actions if isinstance(a, argparse._SubParsersAction)
-                      for w in words if w in a.choices]
-            (chosen or [self])[0].print_help()
+            ([subcommands[w] for w in words if w in subcommands] or [self])[0].print_help()
             raise SystemExit(0)
-        known = {}  # option -> whether it takes a value
-        for parser in [self, *(p for a in self._actions if isinstance(a, argparse._SubParsersAction)
-                               for p in a.choices.values())]:
-            known.update({option: action.nargs != 0 for action in parser._actions for option in action.option_strings})
+        known = {option: action.nargs != 0 for parser in [self, *subcommands.values()]  # option -> takes a value
+                 for action in parser._actions for option in action.option_strings}
         for before, word in zip([None, *words], words):
             if word.startswith("-") and len(word) > 1 and not word[1].isdigit() and word.split("=", 1)[0] not in known \
                     and not known.get(before):  # (a value that starts with '-': argparse names the option)

@@ -39,7 +39,7 @@ from typing import List
 
 from ..model_folder import sha256
 from .command_line import Parser, items, positive
-from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, check_owned, forget_written, listing, run_child, say,
+from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, check_owned, forget_written, run_child, say,
                      write_file)
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
@@ -264,13 +264,8 @@ def claim(args) -> None:
         raise Refusal(missing_input(args))
     if not args.rehearse and "benchmark" in args.only and "bf16" in args.precisions and not torch.cuda.is_bf16_supported():
         raise Refusal("--precisions: this GPU has no bfloat16 support; give --precisions fp32,fp16")
-    if args.out.exists() and not args.out.is_dir():
-        raise Refusal(f"--out {args.out} is a file: give a folder")
-    theirs = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
-    if theirs and not (args.out / ".steps").is_dir():  # a folder gpu_check never wrote: its summary.md, ... are someone's
-        raise Refusal(f"--out {args.out} holds files gpu_check did not write ({listing(theirs)}); give a new or empty "
-                      "folder (nothing was changed)")
-    WriterLock(args.out, folder=True, what="gpu_check").acquire()  # held to the end
+    lock = WriterLock(args.out, folder=True, what="gpu_check").acquire()  # held to the end
+    lock.refuse_foreign((args.out / ".steps").is_dir(), "gpu_check")  # no .steps/: its summary.md, ... are someone's
 
 
 def outputs_of(step: Step, out: Path) -> dict:

@@ -446,13 +446,10 @@ def plan(args) -> dict:
 def claim(args, settings: dict) -> None:
     """The --out: one reproduction at a time (its lock); a folder it never wrote, or one of runs with
     other settings, refused; a file of anyone else's in OUT/analysis refused; its settings recorded."""
-    WriterLock(args.out, folder=True, what="the Multi30k reproduction").acquire()  # held to the end
+    lock = WriterLock(args.out, folder=True, what="the Multi30k reproduction").acquire()  # held to the end
     holds_runs = any((args.out / "runs").glob("*/seed*")) or any((args.out / "sweep").glob("*"))
     before = REPRODUCTION.read(args.out)
-    found = sorted(p for p in args.out.iterdir() if p.name != ".lock") if args.out.is_dir() else []
-    if before is None and found:  # a folder the reproduction never wrote: its files are someone's
-        raise Refusal(f"--out {args.out} holds files the reproduction did not write ({listing(found)}); give a new or "
-                      "empty folder (nothing was changed)")
+    lock.refuse_foreign(before is not None, "the reproduction")
     check_analysis_folder(args.out)
     trained = (before or {}).pop("trained", {})  # what each finished run shared the machine with
     if before is not None and holds_runs and before != settings:

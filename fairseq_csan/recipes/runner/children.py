@@ -8,6 +8,7 @@ signal passed on raises KeyboardInterrupt (exit status 130: :func:`~.failure.as_
 """
 
 import contextlib
+import ctypes
 import os
 import shlex
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from .failure import Failed, _command_name, say
+from .records import _record_written
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _RESEND_S = 10  # seconds after a signal passed on before it is passed on again (run_child's resend)
@@ -84,21 +86,17 @@ class Progress:
             print(line.decode("utf-8", "replace"), file=sys.stderr, flush=True)
 
 
-def _starter(orphan: bool):
-    def start():
-        # the default action for the signals, whatever the caller ignored (a script's background job
-        # ignores SIGINT and SIGQUIT), and a process group of its own: a terminal's Ctrl-C reaches the
-        # kit's process alone, which passes it on once; killed when the kit's process dies, even by
-        # SIGKILL (Linux), unless it is to go on (an orphan: a trainer that holds its lock itself)
-        for sig in (*_SIGNALS, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_DFL)
-        os.setpgrp()
-        if not orphan and sys.platform.startswith("linux"):
-            import ctypes
-
-            with contextlib.suppress(OSError):
-                ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    return start
+def _start(orphan: bool) -> None:
+    """In the child before it runs: the default action for the signals, whatever the caller ignored (a
+    script's background job ignores SIGINT and SIGQUIT), and a process group of its own: a terminal's
+    Ctrl-C reaches the kit's process alone, which passes it on once; killed when the kit's process dies,
+    even by SIGKILL (Linux), unless it is to go on (an orphan: a trainer that holds its lock itself)."""
+    for sig in (*_SIGNALS, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    os.setpgrp()
+    if not orphan and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _lines(pipe, each: Callable[[bytes], None]) -> None:
@@ -200,15 +198,14 @@ def run_child(command: Sequence, log: Optional[Path] = None, *, append: bool = F
     """
     argv, name = [str(w) for w in command], name or os.path.basename(str(command[0]))
     hold, stdin = [hold] if hasattr(hold, "fd") else list(hold), list(stdin)
-    from .records import _record_written
 
     with _Signals(name, group, resend, kill_after) as signals:
-        out = open(log, "ab" if append else "wb") if log is not None else None
-        start = out.tell() if out is not None else 0
-        err = open(errors, "wb") if errors not in (None, "stderr") else None
-        written = [f for f in (log, err and errors) if f is not None] if record else []
-        _record_written(written, _command_name())  # its logs are the kit's, while it writes them too
-        try:
+        with contextlib.ExitStack() as opened:  # the logs, closed here once the child has them
+            out = opened.enter_context(open(log, "ab" if append else "wb")) if log is not None else None
+            start = out.tell() if out is not None else 0
+            err = opened.enter_context(open(errors, "wb")) if errors not in (None, "stderr") else None
+            written = [f for f in (log, err and errors) if f is not None] if record else []
+            _record_written(written, _command_name())  # its logs are the kit's, while it writes them too
             with _STARTING:  # not while stop_children stops the others
                 if _STOPPING.is_set():  # stop_children: start nothing more
                     raise KeyboardInterrupt
@@ -216,12 +213,8 @@ def run_child(command: Sequence, log: Optional[Path] = None, *, append: bool = F
                     argv, stdout=out or sys.stderr, stderr=subprocess.PIPE if progress is not None and progress.stream == "err"
                     else None if errors == "stderr" else err or subprocess.STDOUT if out is not None else None,
                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, env=env, cwd=cwd,
-                    pass_fds=tuple(lock.fd for lock in hold), preexec_fn=_starter(orphan))
+                    pass_fds=tuple(lock.fd for lock in hold), preexec_fn=lambda: _start(orphan))
                 _RUNNING.add(child)
-        finally:
-            for f in (out, err):
-                if f is not None:
-                    f.close()
         try:
             for lock in hold:
                 lock.note(f"{name} pid {child.pid}")
@@ -272,10 +265,9 @@ def _feed(child, stdin: List[Path], signals: _Signals) -> None:
 
 def _follow(child, log, start: int, show, progress: Optional[Progress], signals: _Signals) -> None:
     """Wait for the child; meanwhile, show and count the lines it adds to ``log``."""
-    watching = log is not None and (show is not None or (progress is not None and progress.stream == "out"))
-    shown = open(log, "rb") if watching else None
-    rest = b""
-    try:
+    counted = progress is not None and progress.stream == "out"
+    with open(log, "rb") if log is not None and (show is not None or counted) else contextlib.nullcontext() as shown:
+        rest = b""
         if shown is not None:
             shown.seek(start)
         while True:
@@ -291,15 +283,12 @@ def _follow(child, log, start: int, show, progress: Optional[Progress], signals:
                     if not signals.received and (show is True or (show is not None and show.search(line))):
                         sys.stdout.buffer.write(line + b"\n")
                         sys.stdout.flush()
-                    if progress is not None and progress.stream == "out":
+                    if counted:
                         progress.line(line)
             if ended:
                 return
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=0.2)
-    finally:
-        if shown is not None:
-            shown.close()
 
 
 def stop_children(stop: bool = True) -> None:

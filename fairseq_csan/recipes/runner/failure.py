@@ -60,15 +60,9 @@ def as_command(main: Callable[[Optional[List[str]]], None], argv: Optional[List[
     before, _NAME[0] = _NAME[0], (spec.name if spec else main.__module__).rpartition(".")[2]
     try:
         main(argv)
-    except Refusal as error:
-        say(f"error: {error}")
-        raise SystemExit(2) from None
-    except Failed as error:
-        say(f"error: {error}")
-        raise SystemExit(1) from None
-    except OSError as error:
-        say(f"error: {_fault(error)}")
-        raise SystemExit(1) from None
+    except (Refusal, Failed, OSError) as error:
+        say(f"error: {_fault(error) if isinstance(error, OSError) else error}")
+        raise SystemExit(2 if isinstance(error, Refusal) else 1) from None
     except KeyboardInterrupt:
         say("interrupted; run the same command again to go on")
         raise SystemExit(130) from None

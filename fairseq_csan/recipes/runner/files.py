@@ -12,9 +12,10 @@
   output is written under a temporary name of this process's own (``.NAME.PID-TOKEN.tmp``: no
   other process, and no file of the user's, has such a name), flushed to the disk and renamed
   over the output, so that a reader, a kill or a power cut sees the old content or the new, never a
-  part. What the kit wrote is recorded by the records' owner (records.py: :func:`~.records.writing`).
+  part. What the kit wrote is recorded by the records' owner (records.py: :func:`~.records.write_file`).
 """
 
+import atexit
 import contextlib
 import errno
 import fcntl
@@ -26,7 +27,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 from .failure import Refusal
 
@@ -104,8 +105,6 @@ class WriterLock:
         self.holder = f"{self.what} (pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%H:%M:%S')}: {command})"
         self.note()
         _HELD[os.path.realpath(self.path)] = self
-        import atexit
-
         atexit.register(self.release)  # an error exit removes the lock file too
         return self
 
@@ -128,12 +127,19 @@ class WriterLock:
                               "another output") from None
             # the holder before us may have removed the file after we opened it: lock the file at
             # the path now, or try again
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                     return fd
-            except FileNotFoundError:
-                pass
             os.close(fd)
+
+    def refuse_foreign(self, ours: bool, by: str) -> "WriterLock":
+        """Refuse the locked --out folder where it holds files (its lock aside) and ``ours`` is False:
+        a folder that ``by`` never wrote, whose files are someone else's."""
+        found = sorted(p for p in self.output.iterdir() if p != self.path)
+        if found and not ours:
+            raise Refusal(f"--out {self.output} holds files {by} did not write ({listing(found)}); give a new or empty "
+                          "folder (nothing was changed)")
+        return self
 
     def note(self, more: str = "") -> None:
         """Write the holder line (with ``more``: e.g. the child that holds the lock too)."""
@@ -156,10 +162,19 @@ class WriterLock:
         self.release()
 
 
-def _temporary(path) -> Path:
+def _temporary(path, ending: str = "tmp") -> Path:
     """A temporary name beside ``path``, this process's own: ``.NAME.PID-TOKEN.tmp``."""
     path = Path(path)
-    return path.with_name(f".{path.name}.{os.getpid()}-{_TOKEN}.tmp")
+    return path.with_name(f".{path.name}.{os.getpid()}-{_TOKEN}.{ending}")
+
+
+def _files(path, links: bool = False) -> List[Path]:
+    """``path``, a file, or the files in the folder ``path`` (none where it is neither); with
+    ``links``, links too (to anything, or broken)."""
+    path = Path(path)
+    if path.is_file() or (links and path.is_symlink()):
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() or (links and p.is_symlink()))
 
 
 def _named_as_outputs(error: OSError, pairs) -> None:
@@ -277,7 +292,7 @@ def replace_folder(out: Path, write: Callable[[Path], None], may_replace: Callab
             if ours(old):
                 os.replace(old, out)  # killed between the renames: the folder as it was
                 break
-    new, old = _temporary(out), out.with_name(f".{out.name}.{os.getpid()}-{_TOKEN}.old")
+    new, old = _temporary(out), _temporary(out, "old")
     new.mkdir()
     try:
         write(new)

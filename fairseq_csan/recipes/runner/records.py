@@ -36,7 +36,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from ...model_folder import sha256, unsealed  # the one file hash (fairseq is not imported)
 from .failure import Failed, Refusal, _command_name, say
-from .files import WriterLock, _temporary, atomic, listing
+from .files import WriterLock, _files, _temporary, atomic, listing
 
 
 _EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
@@ -112,21 +112,17 @@ class Kind:
         except (ValueError, KeyError, TypeError) as error:
             raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
                           "hand or cut short: run the step that made it again") from None
-        if path.name == _EXPORT_FILE and unsealed(folder, values):  # a model folder's seal of itself
-            raise Damaged(unsealed(folder, values))
+        if path.name == _EXPORT_FILE and (why := unsealed(folder, values)):  # a model folder's seal of itself
+            raise Damaged(why)
         if self.written and path.name not in (_WRITTEN_FILE, _EXPORT_FILE):
             _believed(path, data)
         return values
 
     def write(self, folder, values: dict, file: Optional[str] = None) -> dict:
-        """Write the record atomically; the typed values."""
+        """Write the record (:func:`write_file`); the typed values."""
         values = self.typed(values)
-        path = Path(folder) / (file or self.file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic(path) as (part,):
-            part.write_text(json.dumps(values, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        if path.name not in (_WRITTEN_FILE, _EXPORT_FILE):
-            _record_written([path], _command_name())
+        write_file(Path(folder) / (file or self.file),
+                   json.dumps(values, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         return values
 
 
@@ -145,6 +141,11 @@ _STAMP = Kind("step stamp", "STEP.json", {"by": "text", "settings": "json", "inp
 
 # ------------------------------------------------------------------------ what the kit wrote
 
+def _written(folder: Path) -> dict:
+    """What ``folder``'s ``.written.json`` says the kit wrote there: name -> {sha256, by}."""
+    return dict((_WRITTEN.read(folder) or {}).get("files") or {})
+
+
 @contextlib.contextmanager
 def _record_of(folder: Path):
     """The ``.written.json`` of ``folder`` (its files: name -> {sha256, by}), read and written
@@ -153,7 +154,7 @@ def _record_of(folder: Path):
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        files = dict((_WRITTEN.read(folder) or {}).get("files") or {})
+        files = _written(folder)
         before = dict(files)
         yield files
         if files != before:
@@ -171,11 +172,10 @@ def _owner(path: Path) -> Optional[dict]:
         seal = EXPORT.read(path.parent)
     except Damaged:
         seal = None
-    if seal is not None and path.name == EXPORT.file:  # the seal itself, intact: its maker's
-        return {"sha256": sha256(path), "by": seal.get("by", "export")}
-    if seal is not None and path.name in (seal.get("files") or {}):
-        return {"sha256": seal["files"][path.name], "by": seal.get("by", "export")}
-    entry = ((_WRITTEN.read(path.parent) or {}).get("files") or {}).get(path.name)
+    if seal is not None and (path.name == EXPORT.file or path.name in (seal.get("files") or {})):
+        digest = sha256(path) if path.name == EXPORT.file else seal["files"][path.name]  # the seal itself, intact
+        return {"sha256": digest, "by": seal.get("by", "export")}
+    entry = _written(path.parent).get(path.name)
     return entry if isinstance(entry, dict) else None
 
 
@@ -183,7 +183,7 @@ def _believed(path: Path, data: bytes) -> None:
     """A record is read only as the kit wrote it: one that its folder's ``.written.json`` does not
     name (copied in, or written by something else) or that changed since (edited by hand) is
     Damaged, never believed."""
-    entry = ((_WRITTEN.read(path.parent) or {}).get("files") or {}).get(path.name)
+    entry = _written(path.parent).get(path.name)
     if not isinstance(entry, dict):
         raise Damaged(f"{path} is not a record this kit wrote ({path.parent / _WRITTEN_FILE} does not name it): run the "
                       "step that made its folder again")
@@ -195,10 +195,8 @@ def _believed(path: Path, data: bytes) -> None:
 def _record_written(paths: Iterable, by: str) -> None:
     """Record that ``by`` wrote ``paths`` (files, or folders: each of their files) as they are now."""
     by_folder: Dict[Path, List[Path]] = {}
-    for path in map(Path, paths):
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        for f in files:
-            by_folder.setdefault(f.parent, []).append(f)
+    for f in (f for path in paths for f in _files(path)):
+        by_folder.setdefault(f.parent, []).append(f)
     for folder, files in by_folder.items():
         with _record_of(folder) as record:
             record.update({f.name: {"sha256": sha256(f), "by": by} for f in files})
@@ -207,32 +205,27 @@ def _record_written(paths: Iterable, by: str) -> None:
 def forget_written(paths: Iterable) -> None:
     """Remove the files ``paths`` (a folder: each of its files) and their records."""
     for path in map(Path, paths):
-        files = [path] if path.is_file() or path.is_symlink() else sorted(p for p in path.rglob("*") if p.is_file())
-        for f in files:
+        for f in [path] if path.is_symlink() else _files(path):
             with _record_of(f.parent) as record:
                 record.pop(f.name, None)
             f.unlink(missing_ok=True)
         if path.is_dir() and not path.is_symlink():
-            for folder in sorted((p for p in path.rglob("*") if p.is_dir()), reverse=True):
+            for folder in [*sorted((p for p in path.rglob("*") if p.is_dir()), reverse=True), path]:
                 (folder / _WRITTEN.file).unlink(missing_ok=True)
                 with contextlib.suppress(OSError):
                     folder.rmdir()
-            (path / _WRITTEN.file).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                path.rmdir()
 
 
 def theirs(paths: Iterable, by, changed: bool = False) -> List[Path]:
     """The files among ``paths`` (a folder: each of its files) that ``by`` (a command, or several)
     did not write: no record names them as ``by``'s, or (``changed``) one does, but they changed since."""
     found, by = [], (by,) if isinstance(by, str) else tuple(by)
-    for path in map(Path, paths):
-        files = [path] if path.is_file() or path.is_symlink() else sorted(
-            p for p in path.rglob("*") if p.is_file() or p.is_symlink()) if path.is_dir() else []
-        for f in (f for f in files if f.name != _WRITTEN_FILE and not WriterLock.is_lock(f)):
-            entry = _owner(f)
-            if f.is_symlink() or entry is None or entry.get("by") not in by or (changed and entry.get("sha256") != sha256(f)):
-                found.append(f)
+    for f in (f for path in paths for f in _files(path, links=True)):
+        if f.name == _WRITTEN_FILE or WriterLock.is_lock(f):
+            continue
+        entry = _owner(f)
+        if f.is_symlink() or entry is None or entry.get("by") not in by or (changed and entry.get("sha256") != sha256(f)):
+            found.append(f)
     return found
 
 
@@ -264,7 +257,8 @@ def write_file(path, data, by: Optional[str] = None) -> None:
             data(part)
         else:
             part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-    _record_written([path], by or _command_name())
+    if Path(path).name not in (_WRITTEN_FILE, _EXPORT_FILE):  # (the two records that no record names)
+        _record_written([path], by or _command_name())
 
 
 # ------------------------------------------------------------------ what a model is made from
@@ -288,9 +282,7 @@ def changed_since(then: Dict[str, str], now: Dict[str, str]) -> Optional[str]:
     that differs, with both hashes, for a one-line refusal."""
     for name in sorted(set(then) | set(now)):
         if then.get(name) != now.get(name):
-            def short(digest):
-                return digest[:12] if digest else "absent"
-            return f"{name} (sha256 {short(then.get(name))} then, {short(now.get(name))} now)"
+            return f"{name} (sha256 {(then.get(name) or 'absent')[:12]} then, {(now.get(name) or 'absent')[:12]} now)"
     return None
 
 
@@ -329,11 +321,6 @@ def check_made_from(checkpoint, binary, task_name, unchecked: bool = False) -> D
 
 # ------------------------------------------------------------------------------ step stamps
 
-def _identity(path: Path) -> list:
-    st = path.stat()
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
 def _fingerprint(path: Path, known: Optional[dict] = None) -> dict:
     """{"sha256", "identity"} of a file or folder (a folder: the hash of its files' names and
     hashes). ``known`` is an earlier _fingerprint: its hash is reused while the identity (device,
@@ -341,12 +328,13 @@ def _fingerprint(path: Path, known: Optional[dict] = None) -> dict:
     path = Path(path)
     if path.is_dir():
         h, known_files, files = hashlib.sha256(), (known or {}).get("files", {}), {}
-        for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name != _WRITTEN_FILE):
+        for f in (f for f in _files(path) if f.name != _WRITTEN_FILE):
             rel = f.relative_to(path).as_posix()
             files[rel] = _fingerprint(f, known_files.get(rel))
             h.update(f"{rel}\0{files[rel]['sha256']}\n".encode("utf-8"))
         return {"sha256": h.hexdigest(), "files": files}
-    identity = _identity(path)
+    st = path.stat()
+    identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     if known and known.get("identity") == identity and "sha256" in known:
         return known
     return {"sha256": sha256(path), "identity": identity}
@@ -362,18 +350,12 @@ def _name_in(root: Path, path) -> str:
         return str(path)
 
 
-def _step_stamps(root) -> Dict[str, dict]:
-    """The stamps of ``root``'s steps (name -> stamp), each read failing closed (Damaged)."""
-    folder = Path(root) / ".steps"
-    return {p.stem: _STAMP.read(folder, p.name) for p in sorted(folder.glob("*.json"))
-            if not p.name.startswith(".")} if folder.is_dir() else {}
-
-
 def stamped_change(root, only: Optional[Iterable] = None) -> Optional[str]:
     """None when every file that ``root``'s stamps record (``only``: of these paths), input or
     output, is as recorded; else the first that is not: its steps would be redone."""
-    wanted = None if only is None else {_name_in(root, p) for p in only}
-    for name, stamp in _step_stamps(root).items():
+    wanted, folder = None if only is None else {_name_in(root, p) for p in only}, Path(root) / ".steps"
+    stamps = {p.stem: _STAMP.read(folder, p.name) for p in sorted(folder.glob("*.json")) if not p.name.startswith(".")}
+    for name, stamp in stamps.items():  # (each read first, failing closed: Damaged)
         for kind in ("inputs", "outputs"):
             for path, known in (stamp.get(kind) or {}).items():
                 if wanted is not None and path not in wanted:
