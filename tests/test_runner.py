@@ -854,6 +854,24 @@ def test_a_file_of_the_user_s_where_a_step_writes_is_refused(folder):
     assert (folder / "out.txt").read_text() == "mine"
 
 
+def test_a_step_killed_while_it_writes_leaves_a_temporary_its_rerun_takes_as_its_own(folder):
+    """kill -9 in the middle of a step's write: the temporary it left (named in the step's stamp)
+    is the kit's, not the user's: the folder's ownership check passes it, and the rerun removes it
+    and makes the output. A file of the same shape that no stamp names is still refused."""
+    killed = ("import os, signal, sys; from pathlib import Path; from fairseq_csan.recipes import runner\n"
+              "def half(temps):\n    temps[0].write_text('A\\n'); os.kill(os.getpid(), signal.SIGKILL)\n"
+              "f = Path(sys.argv[1]); runner.Step(f, 'upper', [f / 'in.txt'], [f / 'out.txt'], {}).make(half)\n")
+    done = subprocess.run([sys.executable, "-c", killed, str(folder)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    (left,) = folder.glob(".out.txt.*.tmp")
+    runner.check_owned([left], "kit", None, "--out", redo=True)  # no refusal: the stamp names it
+    assert upper(make_step(folder), []) and (folder / "out.txt").read_text() == "A\nB\n" and not left.exists()
+    assert not list(folder.glob(".out.txt.*.tmp"))
+    left.write_text("the user's")  # the same name, now that no stamp names it
+    with pytest.raises(Refusal, match=r"--out .*\.out\.txt\..*\.tmp: kit did not write it"):
+        runner.check_owned([left], "kit", None, "--out", redo=True)
+
+
 def test_an_input_replaced_with_its_modification_time_kept_is_seen(folder, capsys):
     calls = []
     upper(make_step(folder), calls)

@@ -224,9 +224,25 @@ def theirs(paths: Iterable, by, changed: bool = False) -> List[Path]:
         if f.name == _WRITTEN_FILE or WriterLock.is_lock(f):
             continue
         entry = _owner(f)
+        if entry is None and _left_by_a_step(f):
+            continue  # a killed step's temporary: the kit's by its stamp, removed when the step runs again
         if f.is_symlink() or entry is None or entry.get("by") not in by or (changed and entry.get("sha256") != sha256(f)):
             found.append(f)
     return found
+
+
+def _left_by_a_step(f: Path) -> bool:
+    """Whether a step stamp of a folder above ``f`` names it among the temporaries of a run of
+    the step that did not finish (killed while it wrote them)."""
+    for root in f.parents:
+        folder = root / ".steps"
+        if folder.is_dir():
+            with contextlib.suppress(Damaged):  # a damaged stamp speaks for nothing: the file is not the kit's
+                name = _name_in(root, f)
+                return any(name in (_STAMP.read(folder, p.name).get("temporaries") or ())
+                           for p in folder.glob("[!.]*.json"))
+            return False
+    return False
 
 
 def check_owned(paths: Iterable, by: Optional[str], force: Optional[bool], flag: str, redo: bool = False) -> None:
