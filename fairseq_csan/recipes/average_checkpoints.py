@@ -180,8 +180,7 @@ def average(paths):
     dtypes = {k: v.dtype for k, v in newest["model"].items()}
     newest["model"] = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in total.items()}
     newest.pop("last_optimizer_state", None)
-    newest.setdefault("extra_state", {})
-    newest["extra_state"] = {**(newest["extra_state"] or {}), "averaged_from": [str(p) for p in paths]}
+    newest["extra_state"] = {**(newest.get("extra_state") or {}), "averaged_from": [str(p) for p in paths]}
     return newest
 
 

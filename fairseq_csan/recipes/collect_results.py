@@ -83,14 +83,11 @@ def table(runs, metric="bleu_tok"):
         f"{'chrF' if metric == 'chrf' else 'BLEU'}: {METRICS.get(metric, metric)} on each task's test set. Speed: training steps/s "
         "(mean of fairseq's 'ups'). #Params: trained parameters.",
     ]
-    if baselines and metric == "chrf":
+    if baselines:
+        how = "chrF, {} samples (sacreBLEU's PairedTest)" if metric == "chrf" else \
+            "tokenised BLEU, {} samples (sacreBLEU --paired-bs)"
         notes.append(f"⇑ / ↑: significantly better than the baseline ({', '.join(baselines)}) at p < 0.01 / 0.05, "
-                     f"⇓ / ↓ worse; paired bootstrap resampling of chrF, {'/'.join(map(str, samples))} "
-                     "samples (sacreBLEU's PairedTest).")
-    elif baselines:
-        notes.append(f"⇑ / ↑: significantly better than the baseline ({', '.join(baselines)}) at p < 0.01 / 0.05, "
-                     f"⇓ / ↓ worse; paired bootstrap resampling of tokenised BLEU, {'/'.join(map(str, samples))} "
-                     "samples (sacreBLEU --paired-bs).")
+                     f"⇓ / ↓ worse; paired bootstrap resampling of {how.format('/'.join(map(str, samples)))}.")
     signatures = sorted({r.get(f"{metric}_signature") for r in runs if metric in ("sacrebleu", "chrf")} - {None})
     if signatures:
         notes.append(f"{METRICS[metric]} signature: " + "; ".join(signatures))
