@@ -47,7 +47,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import Parser
-from .export import BPE_FILES, hub_settings, read_model_folder, write_model_folder
+from .export import BPE_FILES, VARIANT_FLAGS, hub_settings, read_model_folder, write_model_folder
 from .runner import Refusal, refuse_overlaps, save_torch, say
 
 
@@ -195,9 +195,8 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
     for name in [f"dict.{src}.txt", f"dict.{tgt}.txt", *BPE_FILES]:
         if (source_folder / name).is_file():
             shutil.copyfile(source_folder / name, folder / name)
-    variant = get_self_attention(args.encoder_self_attention)
-    settings = {f: getattr(args, f, None) for f in ["encoder_self_attention", "csan_layers", "ctx_type", "ctx_side",
-                                                   "ctx_gate", *model_defining_flags(variant)]}
+    own = model_defining_flags(get_self_attention(args.encoder_self_attention))
+    settings = {f: getattr(args, f, None) for f in ["encoder_self_attention", *VARIANT_FLAGS, *own]}
     sizes = {f: getattr(args, f, None) for f in (
         "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads", "decoder_embed_dim",
         "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads", "encoder_normalize_before",
@@ -211,8 +210,7 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
                            "start": [{"how": how, "modules": names} for how, names in starts.items()]
                            or ("none: the variant adds no parameter" if not added else
                                "the variant's usual initial values (seeded by --seed)")},
-        **hub_settings(cfg),
-        **decoding.generation_overrides(),
+        **hub_settings(cfg), **decoding.generation_overrides(),
     }
 
 
