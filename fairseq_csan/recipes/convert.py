@@ -245,10 +245,8 @@ def parser() -> Parser:
 def parse(argv):
     """The options: --help and the base options before fairseq is imported; then, with the
     plugin registered, the variants' own flags, checked as fairseq-train checks them."""
-    import sys
-
-    p, argv = parser(), sys.argv[1:] if argv is None else argv
-    p.parse_known_args(argv)
+    p = parser()
+    p.parse_known_args(argv)  # (argv None: the command line's, as below)
     from .. import register
 
     register()  # the variants' flags
