@@ -141,7 +141,7 @@ def average(paths):
     import torch
 
     register()  # torch loads fairseq checkpoints weights-only with the plugin's allow-list (fix 1)
-    total, first_keys, newest, first_config, seen = None, None, None, None, {}
+    total, newest, first_config, seen = None, None, None, {}
     for path in paths:
         if not path.is_file():
             raise Refusal(f"missing checkpoint {path}")
@@ -152,19 +152,18 @@ def average(paths):
                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
         check_belongs(path, state, paths[0], first_config)
         updates = updates_of(state)
-        if updates is not None and updates in seen:
+        if updates in seen:  # (None, a count not recorded, is never in it)
             raise Refusal(f"{path} and {seen[updates]} are the same update ({updates}) "
                              "of training: average distinct checkpoints")
         if updates is not None:
             seen[updates] = path
         first_config = first_config if first_config is not None else model_config(state)
         model = state["model"]
-        if first_keys is None:
-            first_keys = list(model)
+        if total is None:
             total = {k: v.to(torch.float64).clone() if v.is_floating_point() else v.clone() for k, v in model.items()}
         else:
-            if list(model) != first_keys:
-                missing = set(first_keys) ^ set(model)
+            if list(model) != list(total):
+                missing = set(total) ^ set(model)
                 raise Refusal(f"{path} holds other parameters than {paths[0]}: "
                                  f"{', '.join(sorted(missing)) or 'same names, other order'}")
             for k, v in model.items():
@@ -180,8 +179,7 @@ def average(paths):
     dtypes = {k: v.dtype for k, v in newest["model"].items()}
     newest["model"] = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in total.items()}
     newest.pop("last_optimizer_state", None)
-    newest.setdefault("extra_state", {})
-    newest["extra_state"] = {**(newest["extra_state"] or {}), "averaged_from": [str(p) for p in paths]}
+    newest["extra_state"] = {**(newest.get("extra_state") or {}), "averaged_from": [str(p) for p in paths]}
     return newest
 
 

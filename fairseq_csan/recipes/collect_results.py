@@ -28,23 +28,6 @@ def load(folders):
     return runs
 
 
-def params_millions(run):
-    train = run.get("train") or {}
-    return f"{train['params'] / 1e6:.1f}M" if train.get("params") else "-"
-
-
-def speed(run):
-    train = run.get("train") or {}
-    return f"{train['steps_per_s']:.2f}" if train.get("steps_per_s") is not None else "-"
-
-
-def significance(run, metric):
-    """The mark of the paired bootstrap: of chrF for the chrF column, else of tokenised BLEU."""
-    if metric == "chrf":
-        return ((run.get("bootstrap") or {}).get("chrf") or {}).get("mark", "")
-    return run.get("mark", "")
-
-
 def table(runs, metric="bleu_tok"):
     systems, tasks, cells = [], [], {}
     for run in runs:
@@ -58,11 +41,10 @@ def table(runs, metric="bleu_tok"):
         if (system, task) in cells:
             raise Refusal(f"two runs named '{system}' for {task}; give them distinct --name")
         cells[(system, task)] = run
-    head = ["System"]
-    rule = ["---"]
+    head, rule, column = ["System"], ["---"], "chrF" if metric == "chrf" else "BLEU"
     for task in tasks:
         title = TASK_TITLES.get(task, task)
-        head += [f"{title} #Params", f"{title} Speed", f"{title} {'chrF' if metric == 'chrf' else 'BLEU'}"]
+        head += [f"{title} #Params", f"{title} Speed", f"{title} {column}"]
         rule += ["---:", "---:", "---:"]
     rows = ["| " + " | ".join(head) + " |", "| " + " | ".join(rule) + " |"]
     for system in systems:
@@ -72,25 +54,22 @@ def table(runs, metric="bleu_tok"):
             if run is None:
                 row += ["-", "-", "-"]
                 continue
-            value = run.get(metric)
-            bleu = f"{value:.2f}{significance(run, metric)}" if value is not None else "-"
-            row += [params_millions(run), speed(run), bleu]
+            value, train, bootstrap = run.get(metric), run.get("train") or {}, run.get("bootstrap") or {}
+            # the mark of the paired bootstrap: of chrF for the chrF column, else of tokenised BLEU
+            mark = (bootstrap.get("chrf") or {}).get("mark", "") if metric == "chrf" else run.get("mark", "")
+            row += [f"{train['params'] / 1e6:.1f}M" if train.get("params") else "-",
+                    f"{train['steps_per_s']:.2f}" if train.get("steps_per_s") is not None else "-",
+                    f"{value:.2f}{mark}" if value is not None else "-"]
         rows.append("| " + " | ".join(row) + " |")
     baselines = sorted({r["bootstrap"]["baseline"] for r in runs if r.get("bootstrap")})
     samples = sorted({r["bootstrap"]["samples"] for r in runs if r.get("bootstrap")})
-    notes = [
-        "",
-        f"{'chrF' if metric == 'chrf' else 'BLEU'}: {METRICS.get(metric, metric)} on each task's test set. Speed: training steps/s "
-        "(mean of fairseq's 'ups'). #Params: trained parameters.",
-    ]
-    if baselines and metric == "chrf":
+    notes = ["", f"{column}: {METRICS.get(metric, metric)} on each task's test set. Speed: training steps/s (mean of "
+             "fairseq's 'ups'). #Params: trained parameters."]
+    if baselines:
+        how = "chrF, {} samples (sacreBLEU's PairedTest)" if metric == "chrf" else \
+            "tokenised BLEU, {} samples (sacreBLEU --paired-bs)"
         notes.append(f"⇑ / ↑: significantly better than the baseline ({', '.join(baselines)}) at p < 0.01 / 0.05, "
-                     f"⇓ / ↓ worse; paired bootstrap resampling of chrF, {'/'.join(map(str, samples))} "
-                     "samples (sacreBLEU's PairedTest).")
-    elif baselines:
-        notes.append(f"⇑ / ↑: significantly better than the baseline ({', '.join(baselines)}) at p < 0.01 / 0.05, "
-                     f"⇓ / ↓ worse; paired bootstrap resampling of tokenised BLEU, {'/'.join(map(str, samples))} "
-                     "samples (sacreBLEU --paired-bs).")
+                     f"⇓ / ↓ worse; paired bootstrap resampling of {how.format('/'.join(map(str, samples)))}.")
     signatures = sorted({r.get(f"{metric}_signature") for r in runs if metric in ("sacrebleu", "chrf")} - {None})
     if signatures:
         notes.append(f"{METRICS[metric]} signature: " + "; ".join(signatures))

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import Parser
-from .export import BPE_FILES, hub_settings, load_state, write_model_folder
+from .export import BPE_FILES, VARIANT_FLAGS, hub_settings, read_model_folder, write_model_folder
 from .runner import Refusal, refuse_overlaps, save_torch, say
 
 
@@ -87,7 +87,6 @@ def read_source(folder: Path, name: str):
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.transformer import TransformerModel
 
-    from fairseq_csan.model_folder import DamagedModelFolder, verify
     from fairseq_csan.models.variant_transformer import VariantTransformerModel
 
     if not folder.is_dir():
@@ -97,24 +96,13 @@ def read_source(folder: Path, name: str):
         found = sorted(p.name for p in folder.glob("*.pt"))
         raise Refusal(f"--model {folder} has no {name}" + (f"; it has {', '.join(found)}: give one with --checkpoint"
                                                                  if found else ""))
-    try:
-        verify(folder)
-    except DamagedModelFolder as error:
-        raise Refusal(str(error)) from None
-    state = load_state(checkpoint, {"data": str(folder)})
-    cfg = state.get("cfg")
-    model_cfg = None if cfg is None else cfg.get("model")
-    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    state, arch = read_model_folder(folder, checkpoint, f"--model {folder}")
     cls = ARCH_MODEL_REGISTRY.get(arch)
     if cls is None or not issubclass(cls, TransformerModel) or issubclass(cls, VariantTransformerModel):
         what = "a model of the plugin already (fine-tune it as it is)" if cls and issubclass(cls, VariantTransformerModel) \
             else "not a fairseq Transformer"
         raise Refusal(f"{checkpoint} holds --arch {arch}: {what}; convert takes a model of fairseq's own "
                            "transformer architectures (transformer, transformer_wmt_en_de_big, ...)")
-    for lang in (cfg.task.source_lang, cfg.task.target_lang):
-        if not (folder / f"dict.{lang}.txt").is_file():
-            raise Refusal(f"--model {folder} has no dict.{lang}.txt (its checkpoint translates "
-                               f"{cfg.task.source_lang}-{cfg.task.target_lang})")
     return checkpoint, state
 
 
@@ -207,9 +195,8 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
     for name in [f"dict.{src}.txt", f"dict.{tgt}.txt", *BPE_FILES]:
         if (source_folder / name).is_file():
             shutil.copyfile(source_folder / name, folder / name)
-    variant = get_self_attention(args.encoder_self_attention)
-    settings = {f: getattr(args, f, None) for f in ["encoder_self_attention", "csan_layers", "ctx_type", "ctx_side",
-                                                   "ctx_gate", *model_defining_flags(variant)]}
+    own = model_defining_flags(get_self_attention(args.encoder_self_attention))
+    settings = {f: getattr(args, f, None) for f in ["encoder_self_attention", *VARIANT_FLAGS, *own]}
     sizes = {f: getattr(args, f, None) for f in (
         "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads", "decoder_embed_dim",
         "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads", "encoder_normalize_before",
@@ -223,17 +210,14 @@ def write_converted(source_folder: Path, checkpoint: Path, state: dict, arch: st
                            "start": [{"how": how, "modules": names} for how, names in starts.items()]
                            or ("none: the variant adds no parameter" if not added else
                                "the variant's usual initial values (seeded by --seed)")},
-        **hub_settings(cfg),
-        **decoding.generation_overrides(),
+        **hub_settings(cfg), **decoding.generation_overrides(),
     }
 
 
 def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: str = "model.pt", seed: int = 1,
             force: bool = False, hub: dict = None) -> str:
     plugin_architecture(arch)  # (registers our architectures and the loading fixes)
-    refuse_overlaps({"--out": out}, {"--model": source})
-    if source.exists():
-        refuse_overlaps({"--model": source}, {"--out": out})  # an --out that holds the source
+    refuse_overlaps({"--out": out}, {"--model": source})  # (an --out that is, holds or lies inside it)
     checkpoint, state = read_source(source, checkpoint_name)
     name_hub_settings(state["cfg"], hub or {})
     return write_model_folder(out, lambda folder: write_converted(source, checkpoint, state, arch, flags, seed, folder),
@@ -261,10 +245,8 @@ def parser() -> Parser:
 def parse(argv):
     """The options: --help and the base options before fairseq is imported; then, with the
     plugin registered, the variants' own flags, checked as fairseq-train checks them."""
-    import sys
-
-    p, argv = parser(), sys.argv[1:] if argv is None else argv
-    p.parse_known_args(argv)
+    p = parser()
+    p.parse_known_args(argv)  # (argv None: the command line's, as below)
     from .. import register
 
     register()  # the variants' flags

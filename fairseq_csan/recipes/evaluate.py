@@ -108,15 +108,8 @@ def check_inputs(args, task: PreparedTask) -> dict:
     changed = stamped_change(task.root, [*refs.values(), task.root / "bpe" / f"{args.subset}.{task.src}"])
     if changed:  # scored only against the task as prepare made it
         raise Refusal(f"{changed}: prepare {args.data} again with the command that made it (it redoes what changed)")
-    if args.baseline and not (args.baseline / "hyp.tok").is_file():
-        raise Refusal(f"--baseline {args.baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
-    base = RESULTS.read(args.baseline) if args.baseline else None
-    if base and base.get("subset") and base["subset"] != args.subset:
-        raise Refusal(f"--baseline {args.baseline} is an evaluation of {base['subset']}; evaluate the baseline on "
-                      f"--subset {args.subset} too")
-    if base and base.get("test_set") and base["test_set"] != task.test_name(args.subset):
-        raise Refusal(f"--baseline {args.baseline} is an evaluation of {base['test_set']}, and {args.data}'s "
-                      f"{args.subset} is now {task.test_name(args.subset)}: evaluate the baseline on it too")
+    if args.baseline:
+        score.check_baseline(args.baseline, args.subset, task.test_name(args.subset))
     score.sacrebleu_tokenize(task.tgt)  # what scoring the target needs (ja: MeCab for sacreBLEU)
     return refs
 

@@ -220,32 +220,43 @@ def folder_model(folder: Path, unchecked: bool = False) -> dict:
     flags of its shape and variant (flag -> value, as fairseq-train takes them), its dictionaries'
     files and the checkpoint's SHA-256. A damaged folder (export's seal) or one without model.pt
     and its dictionaries is refused, naming the file."""
-    from fairseq_csan.model_folder import DamagedModelFolder, sha256, verify
+    from fairseq_csan.model_folder import sha256
 
     checkpoint = folder / "model.pt"
     if not checkpoint.is_file():
         raise Refusal(f"{folder} is not a model folder: it has no model.pt")
     check_sealed(folder, unchecked)
-    try:
-        verify(folder)
-    except DamagedModelFolder as error:
-        raise Refusal(str(error)) from None
-    state = load_state(checkpoint, {"data": str(folder)})  # (registers the plugin, before its modules are imported)
+    state, arch = read_model_folder(folder, checkpoint, str(folder))  # (registers the plugin before its modules load)
     from fairseq_csan.modules.registry import SELF_ATTENTION_VARIANTS, model_defining_flags
 
     model, task = state["cfg"]["model"], state["cfg"]["task"]
-    arch = getattr(model, "arch", None) or getattr(model, "_name", None)
     flags = list(SHAPE_FLAGS) + list(VARIANT_FLAGS)
     variant = getattr(model, "encoder_self_attention", None)
     if variant in SELF_ATTENTION_VARIANTS:
         flags += model_defining_flags(SELF_ATTENTION_VARIANTS[variant])
     shape = {f: getattr(model, f) for f in flags if getattr(model, f, None) is not None}
     dicts = {lang: folder / f"dict.{lang}.txt" for lang in (task.source_lang, task.target_lang)}
-    for path in dicts.values():
-        if not path.is_file():
-            raise Refusal(f"{folder} has no {path.name}")
     return {"arch": arch, "src": task.source_lang, "tgt": task.target_lang, "shape": shape, "dicts": dicts,
             "checkpoint": checkpoint, "sha256": sha256(checkpoint), "hub": hub_settings(state["cfg"])}
+
+
+def read_model_folder(folder: Path, checkpoint: Path, name: str) -> tuple:
+    """(the state, the architecture) of ``checkpoint`` in the model folder ``folder`` (``name``:
+    how the user gave it), read by fairseq once its files match its seal (model_folder.verify) and
+    its dictionaries are there; else a refusal naming the file."""
+    from fairseq_csan.model_folder import DamagedModelFolder, verify
+
+    try:
+        verify(folder)
+    except DamagedModelFolder as error:
+        raise Refusal(str(error)) from None
+    state = load_state(checkpoint, {"data": str(folder)})
+    model, task = state["cfg"]["model"], state["cfg"]["task"]
+    for lang in (task.source_lang, task.target_lang):
+        if not (folder / f"dict.{lang}.txt").is_file():
+            raise Refusal(f"{name} has no dict.{lang}.txt (its checkpoint translates "
+                          f"{task.source_lang}-{task.target_lang})")
+    return state, getattr(model, "arch", None) or getattr(model, "_name", None)
 
 
 def fits_task(model: dict, flag: str, src: str, tgt: str, data_bin: Path, task_root) -> None:

@@ -17,25 +17,12 @@ import sys
 from pathlib import Path
 from typing import List
 
-from .command_line import Parser
+from .command_line import Parser, items
 from .runner import Refusal, run_child, say, shell_words
 
 PYTHON = [sys.executable, "-m"]  # the kit's commands, as this package's modules (scripts/*.sh run the same)
 SPLITS = ("train", "val", "test_2016_flickr")  # Multi30k's raw files, as the README unpacks them
 CONVERSIONS = ("transformer_csan1d", "transformer_csan2d", "transformer_ctxaware")
-
-
-def words(flag: str, kind=str):
-    """A list given as one argument, its items apart by spaces or commas (``"1 2 3"``, ``1,2,3``)."""
-    def parse(text: str) -> List:
-        items = text.replace(",", " ").split()
-        if not items:
-            raise argparse.ArgumentTypeError(f"{flag} names nothing")
-        try:
-            return [kind(item) for item in items]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: whole numbers, e.g. \"1 2 3\"") from None
-    return parse
 
 
 def at_least_16(text: str) -> int:
@@ -55,8 +42,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--work", type=Path, default=Path("runs/convert"), metavar="DIR",
                    help="where everything goes (default: %(default)s); a rerun skips what is done")
     p.add_argument("--updates", type=at_least_16, default=200, metavar="N", help="fine-tuning updates of each run (default: 200)")
-    p.add_argument("--seeds", type=words("--seeds", int), default=[1, 2, 3], metavar='"1 2 3"', help='the seeds (default: "1 2 3")')
-    p.add_argument("--archs", type=words("--archs"), default=list(CONVERSIONS), metavar='"ARCH ..."',
+    p.add_argument("--seeds", type=items(int), default=[1, 2, 3], metavar='"1 2 3"', help='the seeds (default: "1 2 3")')
+    p.add_argument("--archs", type=items(), default=list(CONVERSIONS), metavar='"ARCH ..."',
                    help=f"the conversions (default: \"{' '.join(CONVERSIONS)}\"); the Transformer itself is always "
                         "trained on too, as every bootstrap's baseline")
     p.add_argument("--cpu", action="store_true",
@@ -96,6 +83,9 @@ def plan(o) -> List[List[str]]:
 
 def main(argv=None) -> None:
     o, _ = parser().read(argv)
+    empty = [flag for flag, given in (("--seeds", o.seeds), ("--archs", o.archs)) if not given]
+    if empty:
+        raise Refusal(f"{empty[0]} names nothing")
     if "transformer" in o.archs:
         raise Refusal("--archs: the Transformer is always trained on (every bootstrap's baseline); name the conversions "
                       "only")

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import List, Optional
 
+from .average_checkpoints import listed, model_config, updates_of
 from .runner import RUN, Damaged, Refusal, WriterLock, atomic, made_from, say
 from .runner.records import changed_since
 
@@ -44,18 +45,11 @@ def _read_checkpoint(path: Path) -> dict:
     except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a damaged file
         first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
         raise Damaged(f"{path.stat().st_size} bytes; torch.load: {first}") from None
-    try:
-        state["num_updates"] = int(state["optimizer_history"][-1]["num_updates"])
-    except (KeyError, IndexError, TypeError, ValueError):
-        raise Damaged("not a fairseq training checkpoint (no optimizer_history)") from None
+    updates = updates_of(state)
+    if updates is None:
+        raise Damaged("not a fairseq training checkpoint (no optimizer_history)")
+    state["num_updates"] = updates
     return state
-
-
-def interval_checkpoints(save: Path):
-    """checkpoint_E_U.pt files, the newest (most updates) first (fairseq's own listing)."""
-    from .average_checkpoints import listed
-
-    return listed(save)
 
 
 def replace_atomically(source: Path, target: Path) -> None:
@@ -76,7 +70,7 @@ def repair_checkpoints(save: Path) -> List[str]:
     except Damaged as e:
         last_updates, why = -1, str(e)
     newest, newest_state, skipped = None, None, []
-    for p in interval_checkpoints(save):
+    for p in listed(save):
         if int(p.stem.rsplit("_", 1)[1]) <= last_updates:
             break
         try:
@@ -110,7 +104,7 @@ def repair_best(save: Path, best: Path, why: str) -> str:
     best one the newest checkpoint records takes its place; if none is left, it is removed."""
     target = None
     states = []
-    for p in interval_checkpoints(save):
+    for p in listed(save):
         try:
             states.append((p, read_checkpoint(p).get("extra_state") or {}))
         except Damaged:
@@ -140,8 +134,6 @@ def finished(last: Path, limit: Optional[str]) -> Optional[int]:
 def check_same_run(last: Path, identity: dict) -> None:
     """Refuse to resume a checkpoint_last.pt of another run: the seed or architecture it carries
     (its own cfg) is not this run's (a checkpoint copied in from another seed's folder)."""
-    from .average_checkpoints import model_config
-
     config = model_config(read_checkpoint(last))
     arch = config.get("_name") or config.get("arch")
     pairs = (("seed", config.get("seed"), str(identity["seed"])), ("--arch", arch, identity["arch"]))

@@ -124,19 +124,28 @@ def paired_bootstrap(metric, refs, baseline, system, samples: int) -> dict:
             "ci": float(found.ci), "mark": mark(float(found.score) - float(base.score), float(found.p_value))}
 
 
+def check_baseline(baseline: Path, subset: str, test_name: str) -> dict:
+    """The results of the evaluation in ``baseline``, refused unless it is one of this test set:
+    checked before decoding (evaluate), and again here when scoring (it may have been redone since)."""
+    if not (baseline / "hyp.tok").is_file():
+        raise Refusal(f"--baseline {baseline} has no hyp.tok: evaluate the baseline first, with the same --subset")
+    base = RESULTS.read(baseline) or {}
+    if base.get("subset") and base["subset"] != subset:
+        raise Refusal(f"--baseline {baseline} is an evaluation of {base['subset']}; evaluate the baseline on "
+                      f"--subset {subset} too")
+    if base.get("test_set") and base["test_set"] != test_name:
+        raise Refusal(f"--baseline {baseline} is an evaluation of {base['test_set']}, and --subset {subset} is now "
+                      f"{test_name}: evaluate the baseline on it too")
+    return base
+
+
 def _bootstrap(baseline: Path, subset, test_name, hyps, detoks, refs_tok, refs_raw, samples: int) -> dict:
     """The paired bootstrap of tokenised BLEU (and of chrF, where the baseline has its hyp.detok)
     against the evaluation in ``baseline``, which must be of the same test set."""
-    baseline_hyp = baseline / "hyp.tok"
-    if not baseline_hyp.is_file():
-        raise Refusal(f"--baseline {baseline} has no hyp.tok (evaluate the baseline first)")
-    base_hyps = read_lines(baseline_hyp)
+    base = check_baseline(baseline, subset, test_name)
+    base_hyps = read_lines(baseline / "hyp.tok")
     if len(base_hyps) != len(hyps):
         raise Refusal(f"--baseline {baseline}'s hyp.tok has {len(base_hyps)} lines, this evaluation {len(hyps)}")
-    base = RESULTS.read(baseline) or {}
-    for key, ours in (("subset", subset), ("test_set", test_name)):
-        if base.get(key) and ours and base[key] != ours:  # (a baseline scored before test_set was kept: subset)
-            raise Refusal(f"--baseline {baseline} is an evaluation of {base[key]}, this one of {ours}")
     bleu = paired_bootstrap(BLEU(tokenize="none", force=True), refs_tok, base_hyps, hyps, samples)
     test = {"samples": samples, "baseline": base.get("name", str(baseline)), "baseline_bleu": bleu["baseline_score"],
             "bleu": bleu["score"], "p_value": bleu["p_value"], "ci": bleu["ci"], "mark": bleu["mark"]}
@@ -169,7 +178,8 @@ def score(out: Path, generated: Path, decode_log: Path, ref_tok: Path, ref_raw: 
     if lang.split("_")[0] == "de":  # de, de_AT: the customary En-De number
         results["bleu_compound"] = tokenised_bleu([split_compounds(h) for h in hyps], [split_compounds(r) for r in refs_tok])
     if baseline is not None:
-        results["bootstrap"] = _bootstrap(baseline, subset, results["test_set"], hyps, detoks, refs_tok, refs_raw, samples)
+        results["bootstrap"] = _bootstrap(baseline, subset, results["test_set"], hyps, detoks, refs_tok, refs_raw,
+                                          samples)
         results["mark"] = results["bootstrap"]["mark"]
     write_file(out / "hyp.tok", "".join(h + "\n" for h in hyps))
     write_file(out / "hyp.detok", "".join(d + "\n" for d in detoks))
