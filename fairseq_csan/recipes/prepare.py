@@ -301,29 +301,21 @@ def begin(p: dict) -> PreparedTask:
     return task
 
 
-def would(p: dict, step: Step, what: str, short: str, why: Optional[str]) -> bool:
-    """A dry run's line for a step: what it would do and why (``why``, or as the run's line says
-    it); a step whose outputs are there but which reads what a step above redoes "may run"."""
-    changing, missing = p["changing"], [path for path in step.outputs if not path.exists()]
-    reason = why or ("--force" if p["args"].force else f"no {missing[0]}" if missing else None)
-    may = reason is None and changing & {str(path) for path in step.inputs}
-    reason = reason or (None if may else step.stale())
-    if not (reason or may):
-        say(f"{short or what}: up to date; would be skipped")
-        return False
-    changing.update(str(path) for path in step.outputs)
-    say(f"may run: {what} (where a step above changes what it reads)" if may else f"would run: {what} ({reason})")
-    return True
-
-
 def step(p: dict, name: str, inputs, outputs, action, what: str, short: str = "", why: Optional[str] = None,
          **settings) -> bool:
-    """One step of the plan: listed on a dry run, else run where it is not current (runner.make),
-    ``action`` given the outputs' temporaries, one argument each."""
+    """One step of the plan, run where it is not current (runner.make), ``action`` given the
+    outputs' temporaries, one argument each; on a dry run, a line of what it would do and why
+    (``why``, or the step's own verdict, Step.stale, told the outputs of the steps listed above it)."""
     s = Step(p["task"].root, name, inputs, outputs, settings)
-    if p["args"].dry_run:
-        return would(p, s, what, short, why)
-    return s.make(lambda temps: action(*temps), what=what, short=short)
+    if not p["args"].dry_run:
+        return s.make(lambda temps: action(*temps), what=what, short=short)
+    reason = why or s.stale(p["args"].force, p["changing"])
+    if reason is None:
+        say(f"{short or what}: up to date; would be skipped")
+        return False
+    p["changing"].update(s.outputs)
+    say(f"{'may' if reason == Step.MAY_RUN else 'would'} run: {what} ({reason})")
+    return True
 
 
 def call(argv, stdout=None, stdin=(), progress=None) -> None:
