@@ -76,24 +76,6 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
     return notes
 
 
-def found_as_they_are(spec, split, raw, no_download: bool):
-    """A dry run's view of a preset's split: its corpora's files as they lie in the raw folder
-    (nothing extracted, nothing downloaded); None where one must be extracted or downloaded
-    first. A corpus the run could not get either is refused, as the run refuses it."""
-    found, langs = [], (spec.src, spec.tgt)
-    for corpus in spec.splits[split]:
-        if corpus.folder is not None:  # a folder of pairs: found as it is, or missing
-            found += [(corpus, files) for files in corpora.locate(spec.name, corpus, raw, langs, False)]
-            continue
-        files = corpora.find_layout(corpus, raw, langs)
-        if files is None:
-            if not (corpus.archive and (raw / corpus.archive).is_file()) and (no_download or not corpus.url):
-                raise Refusal(corpora.missing_message(spec.name, corpus, raw, langs))
-            return None
-        found.append((corpus, files))
-    return found
-
-
 def tokenised_already(task, langs, pretokenized: bool, own_files: bool) -> List[str]:
     """For each language whose training text looks tokenised already (text.looks_tokenized, on its
     first 5,000 lines), a sentence saying so: it is tokenised again unless --pretokenized (of
@@ -280,8 +262,7 @@ def plan(args) -> dict:
     if not args.dry_run:
         WriterLock(out, folder=True, what=f"prepare.sh ({spec.name})").acquire()  # held to the end
     check_owned(owned.values(), "prepare", None, "--out", redo=True)  # before any download: nothing of the user's is replaced
-    located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
-               if args.task == FILES or not args.dry_run else found_as_they_are(spec, split, raw, args.no_download)
+    located = {split: corpora.locate_split(spec, split, raw, not args.no_download, look_only=args.dry_run)
                for split in spec.splits}
     inputs = {f"the {split} corpus": f for split in spec.splits for _, files in located[split] or () for f in files.values()}
     refuse_overlaps(writes, inputs)
