@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from . import corpora, like, text
-from .command_line import UNCHECKED, Parser, at_least, language, positive
+from .command_line import UNCHECKED, Parser, at_least, can_import, language, positive
 from .runner import (Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps, run_child, say,
                      shell_words, write_file)
 from .runner.records import forget_written
@@ -216,11 +216,9 @@ def check_tools(src: str, tgt: str) -> None:
             raise Refusal(f"{tool} not found: install the project with bash scripts/install.sh")
     for lang in (src, tgt):
         module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
-        try:
-            __import__(module)
-        except ImportError:
+        if not can_import(module):
             raise Refusal(f"python module '{module}' (for {lang}) not found: pip install -e '.[recipes]' from the "
-                          "repository") from None
+                          "repository")
 
 
 def settings_of(args, spec) -> dict:
