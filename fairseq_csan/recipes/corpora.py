@@ -258,8 +258,8 @@ def download(url: str, dest: Path):
 
 def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: bool, look_only: bool = False):
     """The files of one corpus in ``raw``: found, extracted from its archive, or downloaded. With
-    ``look_only`` (a dry run), found as they lie, nothing extracted or downloaded: None where they
-    would be; a corpus the run could not get either is refused as the run refuses it."""
+    ``look_only`` (a dry run), found as they lie: None where they would be extracted or downloaded
+    first (nothing is); a corpus the run could not get either is refused as the run refuses it."""
     if corpus.folder is not None:
         suffixes = (f".{langs[0]}", f".{langs[0]}.gz")
         stems = sorted({str(p)[:-len(end)] for end in suffixes for p in (raw / corpus.folder).glob(f"*{end}")})
