@@ -1,6 +1,6 @@
 """The kit's one option layer: argparse, with every error a :class:`~.runner.Refusal` of one line
 (exit status 2: runner.as_command) and the argument types the commands share, each option declared
-once in its command's parser.
+once in its command's parser; and :func:`can_import`, whether a module a command needs is there.
 
 :meth:`Parser.read` refuses a word it does not know before any value is checked, gives the words
 after ``--`` back unread (for fairseq-train, or train.sh), and prints the help wherever ``-h`` or
@@ -72,6 +72,17 @@ class Parser(argparse.ArgumentParser):
 UNCHECKED = ("--unchecked", "take a checkpoint or model folder that no record of the kit's speaks for (fairseq-train's "
              "own, or a published model): what made it is not checked, only its dictionaries and languages; the "
              "output says so")
+
+
+def can_import(module: str) -> bool:
+    """Whether ``module`` imports: found is not enough (torch.utils.tensorboard is always there,
+    and fails on import without TensorBoard)."""
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
 
 
 # ------------------------------------------------------------------------ the shared types

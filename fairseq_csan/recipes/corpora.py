@@ -256,8 +256,10 @@ def download(url: str, dest: Path):
                       "again") from error
 
 
-def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: bool):
-    """The files of one corpus in ``raw``: found, extracted from its archive, or downloaded."""
+def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: bool, look_only: bool = False):
+    """The files of one corpus in ``raw``: found, extracted from its archive, or downloaded. With
+    ``look_only`` (a dry run), found as they lie: None where they would be extracted or downloaded
+    first (nothing is); a corpus the run could not get either is refused as the run refuses it."""
     if corpus.folder is not None:
         suffixes = (f".{langs[0]}", f".{langs[0]}.gz")
         stems = sorted({str(p)[:-len(end)] for end in suffixes for p in (raw / corpus.folder).glob(f"*{end}")})
@@ -271,6 +273,8 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
     found = find_layout(corpus, raw, langs)
     if found is None and corpus.archive:
         archive = raw / corpus.archive
+        if look_only and (archive.is_file() or corpus.url and allow_download):
+            return None
         if not archive.is_file() and corpus.url and allow_download:
             raw.mkdir(parents=True, exist_ok=True)
             download(corpus.url, archive)
@@ -288,11 +292,17 @@ def locate(task_name: str, corpus: Corpus, raw: Path, langs, allow_download: boo
     return [found]
 
 
-def locate_split(task, split: str, raw: Path, allow_download=True):
-    """[(corpus, {lang: file})] of one split, in order; downloads and extracts what is missing."""
+def locate_split(task, split: str, raw: Path, allow_download=True, look_only=False):
+    """[(corpus, {lang: file})] of one split, in order; downloads and extracts what is missing
+    (with ``look_only``: None where a corpus would be extracted or downloaded first, :func:`locate`)."""
     task = TASKS[task] if isinstance(task, str) else task
-    return [(corpus, files) for corpus in task.splits[split]
-            for files in locate(task.name, corpus, raw, (task.src, task.tgt), allow_download)]
+    located = []
+    for corpus in task.splits[split]:
+        found = locate(task.name, corpus, raw, (task.src, task.tgt), allow_download, look_only)
+        if found is None:
+            return None
+        located += [(corpus, files) for files in found]
+    return located
 
 
 def write_split(task, split: str, located, targets: Dict[str, Path]) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from . import corpora, like, text
-from .command_line import UNCHECKED, Parser, at_least, language, positive
+from .command_line import UNCHECKED, Parser, at_least, can_import, language, positive
 from .runner import (Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps, run_child, say,
                      shell_words, write_file)
 from .runner.records import forget_written
@@ -74,24 +74,6 @@ def suspicious(task, splits, src, tgt, located) -> List[str]:
             notes.append(f"{len(found[split])} of the {total} distinct {split} pairs are training pairs too{inside}; "
                          "scores on it would overstate the model")
     return notes
-
-
-def found_as_they_are(spec, split, raw, no_download: bool):
-    """A dry run's view of a preset's split: its corpora's files as they lie in the raw folder
-    (nothing extracted, nothing downloaded); None where one must be extracted or downloaded
-    first. A corpus the run could not get either is refused, as the run refuses it."""
-    found, langs = [], (spec.src, spec.tgt)
-    for corpus in spec.splits[split]:
-        if corpus.folder is not None:  # a folder of pairs: found as it is, or missing
-            found += [(corpus, files) for files in corpora.locate(spec.name, corpus, raw, langs, False)]
-            continue
-        files = corpora.find_layout(corpus, raw, langs)
-        if files is None:
-            if not (corpus.archive and (raw / corpus.archive).is_file()) and (no_download or not corpus.url):
-                raise Refusal(corpora.missing_message(spec.name, corpus, raw, langs))
-            return None
-        found.append((corpus, files))
-    return found
 
 
 def tokenised_already(task, langs, pretokenized: bool, own_files: bool) -> List[str]:
@@ -234,11 +216,9 @@ def check_tools(src: str, tgt: str) -> None:
             raise Refusal(f"{tool} not found: install the project with bash scripts/install.sh")
     for lang in (src, tgt):
         module = TOKENIZER_PACKAGE.get(text.base_language(lang), "sacremoses")
-        try:
-            __import__(module)
-        except ImportError:
+        if not can_import(module):
             raise Refusal(f"python module '{module}' (for {lang}) not found: pip install -e '.[recipes]' from the "
-                          "repository") from None
+                          "repository")
 
 
 def settings_of(args, spec) -> dict:
@@ -280,8 +260,7 @@ def plan(args) -> dict:
     if not args.dry_run:
         WriterLock(out, folder=True, what=f"prepare.sh ({spec.name})").acquire()  # held to the end
     check_owned(owned.values(), "prepare", None, "--out", redo=True)  # before any download: nothing of the user's is replaced
-    located = {split: corpora.locate_split(spec, split, raw, allow_download=not args.no_download)
-               if args.task == FILES or not args.dry_run else found_as_they_are(spec, split, raw, args.no_download)
+    located = {split: corpora.locate_split(spec, split, raw, not args.no_download, look_only=args.dry_run)
                for split in spec.splits}
     inputs = {f"the {split} corpus": f for split in spec.splits for _, files in located[split] or () for f in files.values()}
     refuse_overlaps(writes, inputs)
@@ -301,29 +280,21 @@ def begin(p: dict) -> PreparedTask:
     return task
 
 
-def would(p: dict, step: Step, what: str, short: str, why: Optional[str]) -> bool:
-    """A dry run's line for a step: what it would do and why (``why``, or as the run's line says
-    it); a step whose outputs are there but which reads what a step above redoes "may run"."""
-    changing, missing = p["changing"], [path for path in step.outputs if not path.exists()]
-    reason = why or ("--force" if p["args"].force else f"no {missing[0]}" if missing else None)
-    may = reason is None and changing & {str(path) for path in step.inputs}
-    reason = reason or (None if may else step.stale())
-    if not (reason or may):
-        say(f"{short or what}: up to date; would be skipped")
-        return False
-    changing.update(str(path) for path in step.outputs)
-    say(f"may run: {what} (where a step above changes what it reads)" if may else f"would run: {what} ({reason})")
-    return True
-
-
 def step(p: dict, name: str, inputs, outputs, action, what: str, short: str = "", why: Optional[str] = None,
          **settings) -> bool:
-    """One step of the plan: listed on a dry run, else run where it is not current (runner.make),
-    ``action`` given the outputs' temporaries, one argument each."""
+    """One step of the plan, run where it is not current (runner.make), ``action`` given the
+    outputs' temporaries, one argument each; on a dry run, a line of what it would do and why
+    (``why``, or the step's own verdict, Step.stale, told the outputs of the steps listed above it)."""
     s = Step(p["task"].root, name, inputs, outputs, settings)
-    if p["args"].dry_run:
-        return would(p, s, what, short, why)
-    return s.make(lambda temps: action(*temps), what=what, short=short)
+    if not p["args"].dry_run:
+        return s.make(lambda temps: action(*temps), what=what, short=short)
+    reason = why or s.stale(p["args"].force, p["changing"])
+    if reason is None:
+        say(f"{short or what}: up to date; would be skipped")
+        return False
+    p["changing"].update(s.outputs)
+    say(f"{'may' if reason == Step.MAY_RUN else 'would'} run: {what} ({reason})")
+    return True
 
 
 def call(argv, stdout=None, stdin=(), progress=None) -> None:

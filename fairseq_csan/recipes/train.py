@@ -31,7 +31,7 @@ from typing import List, Optional
 from .after_dashes import check_after_dashes, flag_value, with_overrides
 from ..model_folder import sha256
 from .save_folder import check_same_run, claim, finished, repair_checkpoints
-from .command_line import UNCHECKED, Parser, positive, whole
+from .command_line import UNCHECKED, Parser, can_import, positive, whole
 from .runner import RUN, Failed, Kind, Progress, Refusal, run_child, say, shell_words
 from .task import TASK, PreparedTask
 from .. import user_dir
@@ -439,14 +439,6 @@ def check_tools(opts, plan: dict) -> None:
             raise Refusal("--launcher slurm needs srun on PATH")
     if plan["launcher"] == "torchrun" and not shutil.which("torchrun"):
         raise Refusal("torchrun not found: it comes with torch; activate the environment")
-
-
-def can_import(module: str) -> bool:
-    try:
-        __import__(module)
-        return True
-    except ImportError:
-        return False
 
 
 # fairseq-train's train_inner and train lines, --log-format simple or json: "num_updates=250",

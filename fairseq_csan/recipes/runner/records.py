@@ -408,14 +408,24 @@ class Step:
         except Damaged:
             return None  # redone, as a step that did not finish
 
-    def stale(self) -> Optional[str]:
-        """None when the outputs were made from these inputs and settings; else the reason."""
+    MAY_RUN = "where a step above changes what it reads"
+
+    def stale(self, force: bool = False, remade: Iterable[Path] = ()) -> Optional[str]:
+        """None when the outputs were made from these inputs and settings; else the reason, told
+        without running the step (a dry run asks this too). ``remade``: inputs that steps above are
+        to remake first (on a dry run they may not be there yet); a step reading one, its outputs
+        there, may run (:attr:`MAY_RUN`)."""
+        if force:
+            return "--force"
+        remade = set(remade)
         for p in self.inputs:
-            if not p.exists():
+            if not p.exists() and p not in remade:
                 raise Refusal(f"step {self.name}: its input {p} does not exist")
         missing = [str(p) for p in self.outputs if not p.exists()]
         if missing:
             return f"no {missing[0]}"
+        if remade.intersection(self.inputs):
+            return self.MAY_RUN
         stamp = self._stamp()
         if stamp is None or stamp.get("temporaries"):
             return "no record of what its outputs were made from (a step that did not finish)"
@@ -445,7 +455,7 @@ class Step:
         """Unless the step is current, run ``action(its outputs' temporaries)`` (:meth:`run`) as
         the running command's; True when it ran. The log line says why it ran, or that it was skipped."""
         what = what or self.name
-        reason = "--force" if force else self.stale()
+        reason = self.stale(force)
         if reason is None:
             say(f"{short or what}: up to date; skipped")
             return False
