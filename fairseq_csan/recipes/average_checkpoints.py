@@ -24,7 +24,7 @@ from typing import Optional
 
 from .. import register
 from .command_line import Parser, positive
-from .runner import Refusal, WriterLock, check_owned, check_writable, refuse_overlaps, save_torch, say, write_file
+from .runner import Refusal, WriterLock, check_owned, refuse_overlaps, save_torch, say, write_file
 
 # fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
 # when it removes old checkpoints: the group is the number they are ordered by
@@ -219,8 +219,7 @@ def plan(args):
     paths = args.inputs if args.inputs is not None else newest_checkpoints(args.dir, args.last)
     if args.output is not None:  # --force never replaces a checkpoint that is being averaged
         refuse_overlaps({"--output": args.output}, {f"input {i + 1}": path for i, path in enumerate(paths)})
-        check_writable(args.output, "--output")
-        check_owned([args.output], "average_checkpoints", args.force, "--output")
+        check_owned([args.output], "average_checkpoints", args.force, "--output", writable=True)
     return paths
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import UNCHECKED, Parser, positive
-from .runner import EXPORT, Refusal, WriterLock, check_owned, check_writable, say, write_file
+from .runner import EXPORT, Refusal, WriterLock, check_owned, say, write_file
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
@@ -219,9 +219,7 @@ def plan(args) -> dict:
     if args.data and args.data.resolve() in output.resolve().parents:
         raise Refusal(f"--output {output} is inside --data {args.data}, which holds the recipe's files (its references "
                       "among them); give an --output elsewhere")
-    for path in outputs.values():
-        check_writable(path, "--output")
-    check_owned(outputs.values(), "translate", args.force, "--output")
+    check_owned(outputs.values(), "translate", args.force, "--output", writable=True)
     from .text import read_lines
 
     return {"lines": read_lines("-" if stdin else args.input), "output": output, "tok_output": tok_output}
