@@ -24,7 +24,7 @@ from typing import Optional
 
 from .. import register
 from .command_line import Parser, positive
-from .runner import Refusal, WriterLock, check_owned, check_writable, refuse_overlaps, save_torch, say, write_file
+from .runner import Refusal, WriterLock, check_owned, refuse_overlaps, save_torch, say, write_file
 
 # fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
 # when it removes old checkpoints: the group is the number they are ordered by
@@ -46,11 +46,9 @@ def newest_checkpoints(folder: Path, n: int):
         raise Refusal(f"no checkpoint folder {folder}")
     found = listed(folder, UPDATE) or listed(folder, EPOCH)
     if len(found) < n:
-        raise Refusal(
-            f"--last {n} needs {n} numbered checkpoints in {folder}, found "
-            f"{len(found)} ({', '.join(p.name for p in reversed(found)) or 'none'}); train with "
-            "--save-interval-updates and --keep-interval-updates, or average fewer"
-        )
+        raise Refusal(f"--last {n} needs {n} numbered checkpoints in {folder}, found {len(found)} "
+                      f"({', '.join(p.name for p in reversed(found)) or 'none'}); train with --save-interval-updates "
+                      "and --keep-interval-updates, or average fewer")
     return list(reversed(found[:n]))
 
 
@@ -122,16 +120,15 @@ def check_belongs(path: Path, state: dict, first_path: Path, first_config) -> No
     named = re.fullmatch(UPDATE, path.name)
     updates = updates_of(state)
     if named and updates is not None and int(named.group(1)) != updates:
-        raise Refusal(f"{path} holds a checkpoint of update {updates}, not "
-                         f"{named.group(1)} as its name says: it was renamed or belongs to another run")
+        raise Refusal(f"{path} holds a checkpoint of update {updates}, not {named.group(1)} as its name says: it was "
+                      "renamed or belongs to another run")
     if first_config is not None:
         mine, theirs = model_config(state), first_config
         differ = sorted(k for k in set(mine) | set(theirs)
                         if mine.get(k) != theirs.get(k) and not predated_at_default(k, mine, theirs))
         if differ:
             shown = ", ".join(f"{k} {theirs.get(k)} vs {mine.get(k)}" for k in differ[:4])
-            raise Refusal(f"{path} is not of the same run as {first_path} "
-                             f"(model settings differ: {shown})")
+            raise Refusal(f"{path} is not of the same run as {first_path} (model settings differ: {shown})")
 
 
 def average(paths):
@@ -149,12 +146,12 @@ def average(paths):
             state = torch.load(path, map_location="cpu")
         except Exception as error:  # a truncated or foreign file: name it, whatever torch raised
             raise Refusal(f"cannot read {path} (damaged or not a checkpoint: "
-                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
+                          f"{str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
         check_belongs(path, state, paths[0], first_config)
         updates = updates_of(state)
         if updates in seen:  # (None, a count not recorded, is never in it)
-            raise Refusal(f"{path} and {seen[updates]} are the same update ({updates}) "
-                             "of training: average distinct checkpoints")
+            raise Refusal(f"{path} and {seen[updates]} are the same update ({updates}) of training: average "
+                          "distinct checkpoints")
         if updates is not None:
             seen[updates] = path
         first_config = first_config if first_config is not None else model_config(state)
@@ -165,12 +162,11 @@ def average(paths):
             if list(model) != list(total):
                 missing = set(total) ^ set(model)
                 raise Refusal(f"{path} holds other parameters than {paths[0]}: "
-                                 f"{', '.join(sorted(missing)) or 'same names, other order'}")
+                              f"{', '.join(sorted(missing)) or 'same names, other order'}")
             for k, v in model.items():
                 if v.shape != total[k].shape:
-                    raise Refusal(f"{path} is not of the same model as {paths[0]}: "
-                                     f"{k} is {tuple(v.shape)}, not {tuple(total[k].shape)} (another dictionary "
-                                     "or size)")
+                    raise Refusal(f"{path} is not of the same model as {paths[0]}: {k} is {tuple(v.shape)}, "
+                                  f"not {tuple(total[k].shape)} (another dictionary or size)")
                 if v.is_floating_point():
                     total[k] += v.to(torch.float64)
                 elif not torch.equal(total[k], v):
@@ -219,8 +215,7 @@ def plan(args):
     paths = args.inputs if args.inputs is not None else newest_checkpoints(args.dir, args.last)
     if args.output is not None:  # --force never replaces a checkpoint that is being averaged
         refuse_overlaps({"--output": args.output}, {f"input {i + 1}": path for i, path in enumerate(paths)})
-        check_writable(args.output, "--output")
-        check_owned([args.output], "average_checkpoints", args.force, "--output")
+        check_owned([args.output], "average_checkpoints", args.force, "--output", writable=True)
     return paths
 
 

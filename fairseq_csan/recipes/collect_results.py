@@ -13,7 +13,7 @@ significance mark against the baseline given to evaluate.sh (⇑/↑: better at 
 from pathlib import Path
 
 from .command_line import Parser
-from .runner import RESULTS, Refusal, check_owned, check_writable, write_file
+from .runner import RESULTS, Refusal, check_owned, write_file
 
 TASK_TITLES = {"wmt14_en_de": "WMT14 En⇒De", "wmt17_zh_en": "WMT17 Zh⇒En", "wat17_ja_en": "WAT17 Ja⇒En"}
 METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU", "sacrebleu": "sacreBLEU",
@@ -85,8 +85,7 @@ def main(argv=None):
                    "(a file of anyone else's, or one changed since, is never replaced)")
     args, _ = p.read(argv)
     if args.output:
-        check_writable(args.output, "--output")
-        check_owned([args.output], "collect_results", args.force, "--output")
+        check_owned([args.output], "collect_results", args.force, "--output", writable=True)
     text = table(load(args.runs), args.metric)
     if args.output:
         write_file(args.output, text, "collect_results")

@@ -124,14 +124,20 @@ def write_folder(task: PreparedTask, checkpoint: Path, folder: Path, unchecked: 
             **decoding.generation_overrides()}
 
 
+def source_codes(task: PreparedTask) -> Path:
+    """The task's BPE codes of its source language (a model folder's bpecodes), refused where there are none."""
+    codes = task.codes(task.src)
+    if not codes.is_file():
+        raise Refusal(f"no BPE codes {codes} (prepare {task.root} again with the command that made it)")
+    return codes
+
+
 def export(data: Path, checkpoint: Path, out: Path, force: bool = False, unchecked: bool = False) -> str:
     """Write the model folder; 'written', 'replaced' or 'unchanged'."""
     task = PreparedTask.open(data)
     if not checkpoint.is_file():
         raise Refusal(f"--checkpoint {checkpoint}: no such file")
-    codes = task.codes(task.src)
-    if not codes.is_file():
-        raise Refusal(f"no BPE codes {codes} (prepare {data} again with the command that made it)")
+    source_codes(task)
     refuse_overlaps({"--out": out}, {"--data": data, "--checkpoint": checkpoint})
     return write_model_folder(out, lambda folder: write_folder(task, checkpoint, folder, unchecked), force, "export")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .average_checkpoints import listed, model_config, updates_of
-from .runner import RUN, Damaged, Refusal, WriterLock, atomic, made_from, say
+from .runner import RUN, Damaged, Refusal, WriterLock, atomic, listing, made_from, say
 from .runner.records import changed_since
 
 _READ = {}  # (path, inode, size, mtime) -> the state read_checkpoint found: a resume reads each file once
@@ -160,10 +160,10 @@ def write_identity(save: Path, identity: dict) -> None:
         differ = ", ".join(f"{k} {held.get(k)!r} there, {identity.get(k)!r} here" for k in sorted(set(held) | set(identity))
                            if held.get(k) != identity.get(k))
         raise Refusal(f"{save} holds another run ({differ}; see {RUN.path(save)}); give a new --save-dir")
-    theirs = [] if held is not None else sorted(p.name for p in save.iterdir() if p.is_file() and not WriterLock.is_lock(p)
-                                                 and TRAINING_WRITES.fullmatch(p.name))
+    theirs = [] if held is not None else sorted(p.name for p in save.iterdir()
+                                                 if p.is_file() and TRAINING_WRITES.fullmatch(p.name))
     if theirs:  # fairseq-train's own checkpoints, or a log of another's: a training would resume from, then replace them
-        raise Refusal(f"{save} holds {', '.join(theirs[:5])}, which no training of the kit wrote (it has no "
+        raise Refusal(f"{save} holds {listing(theirs)}, which no training of the kit wrote (it has no "
                       f"{RUN.file}): train.sh would resume from them and replace them; give a new --save-dir "
                       "(nothing was changed)")
     # every machine of a multi-node run writes it, into a save folder they may share
@@ -190,18 +190,15 @@ def start_over(save: Path) -> None:
 def removable(save: Path) -> List[Path]:
     """What --force removes from ``save``, or the refusal it meets (the quick start asks before its first step)."""
     # (the lock files stay: another machine of a multi-node run may hold its own)
-    files = [p for p in save.iterdir() if not WriterLock.is_lock(p)] if save.is_dir() else []
-    if not files:
-        return []
-    theirs = [p for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
+    files = sorted(p for p in save.iterdir() if not WriterLock.is_lock(p)) if save.is_dir() else []
+    theirs = [p.name for p in files if not (p.is_file() and TRAINING_WRITES.fullmatch(p.name))]
     if theirs:
-        shown = ", ".join(p.name for p in sorted(theirs)[:5]) + (" ..." if len(theirs) > 5 else "")
-        raise Refusal(f"--force would start {save} again, but it holds what a training did not write ({shown}); "
-                      "move those away or give another --save-dir (nothing was removed)")
-    if not RUN.exists(save):
-        shown = ", ".join(p.name for p in sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
+        raise Refusal(f"--force would start {save} again, but it holds what a training did not write "
+                      f"({listing(theirs)}); move those away or give another --save-dir (nothing was removed)")
+    if files and not RUN.exists(save):
         raise Refusal(f"--force would start {save} again, but it holds no run record of the kit's (run.json), so its "
-                      f"files ({shown}) are not a training's of this kit: give another --save-dir (nothing was removed)")
+                      f"files ({listing(p.name for p in files)}) are not a training's of this kit: give another "
+                      "--save-dir (nothing was removed)")
     return files
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import UNCHECKED, Parser, positive
-from .runner import EXPORT, Refusal, WriterLock, check_owned, check_writable, say, write_file
+from .runner import EXPORT, Refusal, WriterLock, check_owned, say, write_file
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
@@ -68,7 +68,7 @@ def load(args):
 
     from fairseq_csan.model_folder import DamagedModelFolder
 
-    from .export import check_dictionaries, check_sealed, hub_overrides, load_state
+    from .export import check_dictionaries, check_sealed, hub_overrides, load_state, source_codes
     from .task import PreparedTask
 
     try:  # a damaged model folder (or a checkpoint inside one: the folder is checked) is named
@@ -77,10 +77,7 @@ def load(args):
             hub = TransformerModel.from_pretrained(str(args.model))
         else:
             task = PreparedTask.open(args.data)
-            codes = task.codes(task.src)
-            if not codes.is_file():
-                raise Refusal(f"no BPE codes {codes} (prepare {args.data} again with the command that made it)")
-            overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(codes))
+            overrides = hub_overrides(task, data=str(task.data_bin), bpe_codes=str(source_codes(task)))
             state = load_state(args.checkpoint, overrides)  # a checkpoint of another task is named before fairseq's
             check_dictionaries(state, task, args.checkpoint, args.unchecked)  # size-mismatch traceback
             models, cfg, fairseq_task = checkpoint_utils.load_model_ensemble_and_task(
@@ -222,9 +219,7 @@ def plan(args) -> dict:
     if args.data and args.data.resolve() in output.resolve().parents:
         raise Refusal(f"--output {output} is inside --data {args.data}, which holds the recipe's files (its references "
                       "among them); give an --output elsewhere")
-    for path in outputs.values():
-        check_writable(path, "--output")
-    check_owned(outputs.values(), "translate", args.force, "--output")
+    check_owned(outputs.values(), "translate", args.force, "--output", writable=True)
     from .text import read_lines
 
     return {"lines": read_lines("-" if stdin else args.input), "output": output, "tok_output": tok_output}

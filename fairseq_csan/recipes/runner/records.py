@@ -245,14 +245,20 @@ def _left_by_a_step(f: Path) -> bool:
     return False
 
 
-def check_owned(paths: Iterable, by: Optional[str], force: Optional[bool], flag: str, redo: bool = False) -> None:
+def check_owned(paths: Iterable, by: Optional[str], force: Optional[bool], flag: str, redo: bool = False,
+                writable: bool = False) -> None:
     """Refuse, in one line naming the file and ``flag``, to write ``paths`` (a folder: each of its
     files) where a file is that ``by`` did not write, or that changed since it did (but where
     ``redo``: a step's output changed by hand, which the step redoes): it is the user's, and never
     replaced, ``--force`` or not. ``force`` False: an output of ``by``'s own is refused too
     (replaced with --force only); None: the command replaces its own outputs. ``by`` None: the
-    running command."""
+    running command. ``writable``: each of ``paths`` (files) is first checked writable
+    (:func:`~.files.check_writable`), before any slow work."""
+    from .files import check_writable
+
     paths, by = [Path(p) for p in paths], by or _command_name()
+    for path in paths if writable else ():
+        check_writable(path, flag)
     foreign = theirs(paths, by, changed=not redo)
     if foreign:
         raise Refusal(f"{flag} {listing(foreign)}: {by if isinstance(by, str) else ' or '.join(by)} did not write "
