@@ -36,7 +36,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from ...model_folder import sha256, unsealed  # the one file hash (fairseq is not imported)
 from .failure import Failed, Refusal, _command_name, say
-from .files import WriterLock, _files, _temporary, atomic, listing
+from .files import WriterLock, _files, _temporary, atomic, check_writable, listing
 
 
 _EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
@@ -254,8 +254,6 @@ def check_owned(paths: Iterable, by: Optional[str], force: Optional[bool], flag:
     (replaced with --force only); None: the command replaces its own outputs. ``by`` None: the
     running command. ``writable``: each of ``paths`` (files) is first checked writable
     (:func:`~.files.check_writable`), before any slow work."""
-    from .files import check_writable
-
     paths, by = [Path(p) for p in paths], by or _command_name()
     for path in paths if writable else ():
         check_writable(path, flag)
