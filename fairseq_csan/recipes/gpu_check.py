@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import List
 from ..model_folder import sha256
 from .command_line import Parser, items, positive
 from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, check_owned, forget_written, run_child, say,
-                     write_file)
+                     shell_words, write_file)
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
@@ -69,7 +68,7 @@ class Step:
 
     @property
     def shown(self) -> str:
-        return "python -m " + " ".join(shlex.quote(str(w)) for w in self.argv)
+        return "python -m " + shell_words(self.argv)
 
 
 def listed(allowed):

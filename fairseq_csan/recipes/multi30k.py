@@ -38,9 +38,8 @@ import numpy as np
 
 from .analysis.common import figure, read_lines, write_table
 from .command_line import Parser, items, positive
-from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since,
-                     listing, made_from, run_child, say, shell_words, stamped_change, stop_children, write_file)
-from .runner.records import forget_written, theirs
+from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since, forget_written, listing,
+                     made_from, run_child, say, shell_words, stamped_change, stop_children, theirs, write_file)
 from .score import mark
 
 REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earlier version kept compares as others

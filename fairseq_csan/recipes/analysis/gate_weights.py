@@ -32,15 +32,12 @@ from .common import analysis_parser, figure, outputs, read_lines, write_table
 
 def words_of(pieces):
     """Group BPE pieces (subword-nmt's "@@" continuation marks) into words: lists of piece positions."""
-    words, current = [], []
+    words = [[]]
     for position, piece in enumerate(pieces):
-        current.append(position)
+        words[-1].append(position)
         if not piece.endswith("@@"):
-            words.append(current)
-            current = []
-    if current:
-        words.append(current)
-    return words
+            words.append([])
+    return [word for word in words if word]
 
 
 class GateTotals:
