@@ -39,8 +39,8 @@ from typing import List
 from ..model_folder import sha256
 from .command_line import Parser, items, positive
 from .multi30k import DEFAULT_RAW, RAW_FILES, SYSTEMS
-from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, check_owned, forget_written, run_child, say,
-                     shell_words, write_file)
+from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, as_command, check_owned, forget_written, run_child,
+                     say, shell_words, write_file)
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
@@ -354,6 +354,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

@@ -38,8 +38,8 @@ import numpy as np
 
 from .analysis.common import figure, read_lines, write_table
 from .command_line import Parser, items, positive
-from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since, forget_written, listing,
-                     made_from, run_child, say, shell_words, stamped_change, stop_children, theirs, write_file)
+from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, as_command, changed_since, forget_written,
+                     listing, made_from, run_child, say, shell_words, stamped_change, stop_children, theirs, write_file)
 from .score import mark
 
 REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earlier version kept compares as others
@@ -474,6 +474,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from .command_line import Parser, positive
-from .runner import Refusal, WriterLock, check_owned, say, write_file
+from .runner import Refusal, WriterLock, as_command, check_owned, say, write_file
 
 # English noun -> (German noun, gender)
 NOUNS = {
@@ -134,6 +134,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..command_line import UNCHECKED
-from ..runner import Refusal, check_made_from, say
+from ..runner import Refusal, as_command, check_made_from, say
 from ..task import TASK
 from .common import analysis_parser, figure, outputs, read_lines, write_table
 
@@ -221,6 +221,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from ..runner import as_command
-
     as_command(main)
