@@ -59,7 +59,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import Parser, at_least, positive, whole
-from .runner import Refusal, check_owned, check_writable
+from .runner import Refusal, as_command, check_owned, check_writable
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
 # the sentence lengths of newstest2014 En-De (word counts only), shipped so that nothing need be prepared
@@ -190,6 +190,4 @@ def architectures(args):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

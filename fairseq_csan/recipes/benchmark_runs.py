@@ -6,7 +6,6 @@ import os
 import platform
 import random
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from fairseq_csan.modules.local_window_attention import BANDED_FROM  # noqa: E40
 
 from . import decoding  # noqa: E402
 from .benchmark import LENGTH_SAMPLE, MALLOC_TUNING, MODULE, PRECISION_TEXT, architectures  # noqa: E402
-from .runner import Failed, Refusal, say, write_file  # noqa: E402
+from .runner import Failed, Refusal, say, shell_words, write_file  # noqa: E402
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -43,7 +42,7 @@ def run(args, tuned):
     for i in range(args.vocab - len(dictionary)):
         dictionary.add_symbol(f"w{i}")
     intro, sections = (sentences if args.mode in ("train", "decode") else long_inputs)(args, dictionary)
-    command = "Command: python -m fairseq_csan.recipes.benchmark " + " ".join(map(shlex.quote, sys.argv[1:]))
+    command = "Command: python -m fairseq_csan.recipes.benchmark " + shell_words(sys.argv[1:])
     table = "\n".join([intro, machine(args, tuned), "", *markdown(sections), "", command])
     print(table)
     if args.out:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,8 +38,9 @@ from typing import List
 
 from ..model_folder import sha256
 from .command_line import Parser, items, positive
-from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, check_owned, forget_written, run_child, say,
-                     write_file)
+from .multi30k import DEFAULT_RAW, RAW_FILES, SYSTEMS
+from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, as_command, check_owned, forget_written, run_child,
+                     say, shell_words, write_file)
 
 ROOT = Path(__file__).resolve().parents[2]  # a clone's root (tests/test_gpu.py); an installed package has none
 STEPS = ("tests", "benchmark", "multi30k")
@@ -69,7 +69,7 @@ class Step:
 
     @property
     def shown(self) -> str:
-        return "python -m " + " ".join(shlex.quote(str(w)) for w in self.argv)
+        return "python -m " + shell_words(self.argv)
 
 
 def listed(allowed):
@@ -104,7 +104,7 @@ def parse(argv=None):
                    help="seeds 1..N of each system, one piece (step) each (default 3)")
     p.add_argument("--multi30k-jobs", type=positive, metavar="N",
                    help="Multi30k runs sharing the device at once (default 4; 2 with --rehearse)")
-    p.add_argument("--multi30k-systems", metavar="LIST",
+    p.add_argument("--multi30k-systems", type=listed(tuple(SYSTEMS)), metavar="LIST",
                    help="the Multi30k systems, comma-separated (multi30k.py --systems; default: all of them)")
     p.add_argument("--budget-minutes", type=positive, metavar="N",
                    help="start no step that would end after N minutes: stop between steps (exit status 3); run the "
@@ -122,18 +122,11 @@ def parse(argv=None):
     args.precisions = args.precisions or list(PRECISIONS)
     args.out = (args.out or Path("runs/gpu_rehearsal" if args.rehearse else "runs/gpu_check")).resolve()
     args.lengths_from = args.lengths_from and args.lengths_from.absolute()
-    args.raw_dir = Path(args.raw_dir or os.environ.get("MULTI30K") or "data/multi30k_raw").absolute()
+    args.raw_dir = Path(args.raw_dir or os.environ.get("MULTI30K") or DEFAULT_RAW).absolute()
     args.multi30k_model = args.multi30k_model or ("tiny" if args.rehearse else "small")
     args.multi30k_updates = args.multi30k_updates or (12 if args.rehearse else None)  # None: the model's
     args.multi30k_jobs = args.multi30k_jobs or (2 if args.rehearse else 4)
     args.multi30k_seeds = args.multi30k_seeds or 3
-    if args.multi30k_systems is not None:
-        from .multi30k import SYSTEMS
-
-        try:
-            args.multi30k_systems = listed(tuple(SYSTEMS))(args.multi30k_systems)
-        except argparse.ArgumentTypeError as e:
-            raise Refusal(f"--multi30k-systems: {e}") from None
     return args
 
 
@@ -175,8 +168,7 @@ def missing_input(args) -> str:
                 return (f"--lengths-from: no length source at {args.lengths_from}.{lang} (give an .en/.de pair, "
                         "e.g. newstest2014, or leave it out for the shipped one)")
     if "multi30k" in args.only:
-        for split, lang in itertools.product(("train", "val", "test_2016_flickr"), ("en", "de")):
-            raw = args.raw_dir / f"{split}.{lang}"
+        for raw in (args.raw_dir / name for name in RAW_FILES):
             if not raw.is_file() or not raw.stat().st_size:
                 return f"--raw-dir: no Multi30k file {raw} (unpack Multi30k as the README shows, or give --raw-dir DIR)"
     return ""
@@ -362,6 +354,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

@@ -38,9 +38,8 @@ import numpy as np
 
 from .analysis.common import figure, read_lines, write_table
 from .command_line import Parser, items, positive
-from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, changed_since,
-                     listing, made_from, run_child, say, shell_words, stamped_change, stop_children, write_file)
-from .runner.records import forget_written, theirs
+from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, as_command, changed_since, forget_written,
+                     listing, made_from, run_child, say, shell_words, stamped_change, stop_children, theirs, write_file)
 from .score import mark
 
 REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earlier version kept compares as others
@@ -48,6 +47,7 @@ REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earli
 TABLE = Kind("reproduction results", "results.json", {"records": "json"})  # OUT/results.json: the table's records
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
 DEFAULT_RAW = Path("data/multi30k_raw")  # where the README unpacks Multi30k
+RAW_FILES = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")]
 
 SYSTEMS = {  # name in the table -> architecture
     "transformer": "transformer",
@@ -429,8 +429,7 @@ def plan(args) -> dict:
         if not torch.cuda.is_available():
             raise Refusal("--device cuda: no CUDA device here")
     raw = Path(args.raw_dir or os.environ.get("MULTI30K") or DEFAULT_RAW)
-    missing = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")
-               if not (raw / f"{split}.{lang}").is_file()]
+    missing = [name for name in RAW_FILES if not (raw / name).is_file()]
     if missing:
         raise Refusal(f"the raw Multi30k folder {raw} lacks {', '.join(missing)}; give --raw-dir (or $MULTI30K) a folder "
                       "with Multi30k task 1's train, val and test_2016_flickr files (.en, .de); see "
@@ -475,6 +474,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

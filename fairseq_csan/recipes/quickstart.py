@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .command_line import LANGUAGE, Parser
-from .runner import Failed, Refusal, run_child, say, shell_words
+from .runner import Failed, Refusal, as_command, run_child, say, shell_words
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the clone's scripts/, examples/
 DEFAULT_ARCH = "transformer_csan2d"
@@ -385,6 +385,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

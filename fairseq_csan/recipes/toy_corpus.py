@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from .command_line import Parser, positive
-from .runner import Refusal, WriterLock, check_owned, say, write_file
+from .runner import Refusal, WriterLock, as_command, check_owned, say, write_file
 
 # English noun -> (German noun, gender)
 NOUNS = {
@@ -101,17 +101,16 @@ def sentence_pair(rng):
 
 def splits_of(args) -> dict:
     """The pairs of each split (train, val, test), drawn from the grammar, no sentence in two."""
-    rng, seen, pairs = random.Random(args.seed), set(), []
+    rng, drawn = random.Random(args.seed), {}  # English sentence -> its pair, the first drawn: none in two splits
     total = args.train + args.valid + args.test
     for _ in range(100 * total):
-        if len(pairs) == total:
+        if len(drawn) == total:
             break
         pair = sentence_pair(rng)
-        if pair[0] not in seen:  # no sentence in two splits
-            seen.add(pair[0])
-            pairs.append(pair)
-    if len(pairs) < total:
-        raise Refusal(f"the grammar gave only {len(pairs)} distinct sentences; ask for fewer")
+        drawn.setdefault(pair[0], pair)
+    if len(drawn) < total:
+        raise Refusal(f"the grammar gave only {len(drawn)} distinct sentences; ask for fewer")
+    pairs = list(drawn.values())
     return {"train": pairs[: args.train], "val": pairs[args.train: args.train + args.valid],
             "test": pairs[args.train + args.valid:]}
 
@@ -135,6 +134,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

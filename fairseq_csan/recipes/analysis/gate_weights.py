@@ -25,22 +25,19 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..command_line import UNCHECKED
-from ..runner import Refusal, check_made_from, say
+from ..runner import Refusal, as_command, check_made_from, say
 from ..task import TASK
 from .common import analysis_parser, figure, outputs, read_lines, write_table
 
 
 def words_of(pieces):
     """Group BPE pieces (subword-nmt's "@@" continuation marks) into words: lists of piece positions."""
-    words, current = [], []
+    words = [[]]
     for position, piece in enumerate(pieces):
-        current.append(position)
+        words[-1].append(position)
         if not piece.endswith("@@"):
-            words.append(current)
-            current = []
-    if current:
-        words.append(current)
-    return words
+            words.append([])
+    return [word for word in words if word]
 
 
 class GateTotals:
@@ -224,6 +221,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from ..runner import as_command
-
     as_command(main)

@@ -20,7 +20,7 @@ on the right-hand axis, as the paper draws it).
 from pathlib import Path
 
 from ..command_line import positive
-from ..runner import Refusal, say
+from ..runner import Refusal, as_command, say
 from .common import analysis_parser, bleu, compared, figure, outputs, read_lines, write_table
 
 
@@ -99,6 +99,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from ..runner import as_command
-
     as_command(main)

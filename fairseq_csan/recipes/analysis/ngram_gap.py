@@ -16,7 +16,7 @@ orders up to n, for those who read it that way).
 Writes DIR/ngram_gap.csv, .md and .png.
 """
 
-from ..runner import say
+from ..runner import as_command, say
 from .common import analysis_parser, bleu, compared, figure, outputs, write_table
 
 
@@ -68,6 +68,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from ..runner import as_command
-
     as_command(main)

@@ -11,7 +11,7 @@ DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
 
 from pathlib import Path
 
-from ..runner import RESULTS, Refusal, say
+from ..runner import RESULTS, Refusal, as_command, say
 from ..sweep import SWEEP
 from .common import analysis_parser, figure, outputs, write_table
 
@@ -63,6 +63,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from ..runner import as_command
-
     as_command(main)
