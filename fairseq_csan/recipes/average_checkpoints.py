@@ -24,7 +24,7 @@ from typing import Optional
 
 from .. import register
 from .command_line import Parser, positive
-from .runner import Refusal, WriterLock, check_owned, refuse_overlaps, save_torch, say, write_file
+from .runner import Refusal, WriterLock, as_command, check_owned, refuse_overlaps, save_torch, say, write_file
 
 # fairseq's checkpoint names, as its own listing (checkpoint_utils.checkpoint_paths) takes them
 # when it removes old checkpoints: the group is the number they are ordered by
@@ -220,6 +220,4 @@ def plan(args):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

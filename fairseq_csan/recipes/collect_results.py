@@ -13,7 +13,7 @@ significance mark against the baseline given to evaluate.sh (⇑/↑: better at 
 from pathlib import Path
 
 from .command_line import Parser
-from .runner import RESULTS, Refusal, check_owned, write_file
+from .runner import RESULTS, Refusal, as_command, check_owned, write_file
 
 TASK_TITLES = {"wmt14_en_de": "WMT14 En⇒De", "wmt17_zh_en": "WMT17 Zh⇒En", "wat17_ja_en": "WAT17 Ja⇒En"}
 METRICS = {"bleu_tok": "tokenised BLEU", "bleu_compound": "compound-split BLEU", "sacrebleu": "sacreBLEU",
@@ -93,6 +93,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

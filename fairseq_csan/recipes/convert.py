@@ -48,7 +48,7 @@ from pathlib import Path
 from . import decoding
 from .command_line import Parser
 from .export import BPE_FILES, VARIANT_FLAGS, hub_settings, read_model_folder, write_model_folder
-from .runner import Refusal, refuse_overlaps, save_torch, say
+from .runner import Refusal, as_command, refuse_overlaps, save_torch, say
 
 
 def variant_flags():
@@ -271,6 +271,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

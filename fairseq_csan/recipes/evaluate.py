@@ -21,8 +21,8 @@ from typing import Optional
 from . import decoding, score
 from .average_checkpoints import average, newest_checkpoints
 from .command_line import UNCHECKED, Parser, positive
-from .runner import (EVALUATION, RESULTS, RUN, Failed, Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps,
-                     run_child, save_torch, say, shell_words)
+from .runner import (EVALUATION, RESULTS, RUN, Failed, Progress, Refusal, Step, WriterLock, as_command, check_owned,
+                     refuse_overlaps, run_child, save_torch, say, shell_words)
 from .runner.records import forget_written, stamped_change
 from .task import PreparedTask
 from .. import user_dir
@@ -261,6 +261,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

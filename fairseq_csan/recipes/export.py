@@ -29,7 +29,8 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import UNCHECKED, Parser
-from .runner import EXPORT, Refusal, WriterLock, check_made_from, refuse_overlaps, replace_folder, save_torch, say
+from .runner import (EXPORT, Refusal, WriterLock, as_command, check_made_from, refuse_overlaps, replace_folder,
+                     save_torch, say)
 from .runner.records import theirs
 from .task import PreparedTask
 
@@ -187,8 +188,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)
 
 

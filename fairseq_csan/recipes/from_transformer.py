@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List
 
 from .command_line import Parser, items
-from .runner import Refusal, run_child, say, shell_words
+from .runner import Refusal, as_command, run_child, say, shell_words
 
 PYTHON = [sys.executable, "-m"]  # the kit's commands, as this package's modules (scripts/*.sh run the same)
 SPLITS = ("train", "val", "test_2016_flickr")  # Multi30k's raw files, as the README unpacks them
@@ -103,6 +103,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

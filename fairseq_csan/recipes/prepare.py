@@ -36,7 +36,7 @@ from typing import List, Optional
 
 from . import corpora, like, text
 from .command_line import UNCHECKED, Parser, at_least, can_import, language, positive
-from .runner import (Progress, Refusal, Step, WriterLock, check_owned, refuse_overlaps, run_child, say,
+from .runner import (Progress, Refusal, Step, WriterLock, as_command, check_owned, refuse_overlaps, run_child, say,
                      shell_words, write_file)
 from .runner.records import forget_written
 from .task import TASK, PreparedTask
@@ -455,6 +455,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List
 
 from .command_line import Parser, items, positive
-from .runner import Kind, Refusal, WriterLock, check_owned, run_child, say, shell_words
+from .runner import Kind, Refusal, WriterLock, as_command, check_owned, run_child, say, shell_words
 from .task import is_task
 
 SWEEP = Kind("sweep", "sweep.json", {"kind": "text", "value": "int", "arch": "text", "flags": "text"},
@@ -130,6 +130,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

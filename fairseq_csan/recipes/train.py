@@ -32,7 +32,7 @@ from .after_dashes import check_after_dashes, flag_value, with_overrides
 from ..model_folder import sha256
 from .save_folder import check_same_run, claim, finished, repair_checkpoints
 from .command_line import UNCHECKED, Parser, can_import, positive, whole
-from .runner import RUN, Failed, Kind, Progress, Refusal, run_child, say, shell_words
+from .runner import RUN, Failed, Kind, Progress, Refusal, as_command, run_child, say, shell_words
 from .task import TASK, PreparedTask
 from .. import user_dir
 from ..arch_names import ARCHITECTURES, FAIRSEQ_TRANSFORMERS, is_big
@@ -535,6 +535,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import UNCHECKED, Parser, positive
-from .runner import EXPORT, Refusal, WriterLock, check_owned, say, write_file
+from .runner import EXPORT, Refusal, WriterLock, as_command, check_owned, say, write_file
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
@@ -251,6 +251,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from .runner import as_command
-
     as_command(main)
