@@ -188,10 +188,10 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
 
 def test_an_output_that_cannot_be_written_is_refused(tmp_path):
     with pytest.raises(Refusal, match="is a folder; give a file name"):
-        runner.check_writable(tmp_path, "--output")
+        check_owned([tmp_path], "translate", None, "--output", writable=True)
     (tmp_path / "file").write_text("")
     with pytest.raises(Refusal, match=f"cannot write in {tmp_path / 'file'}"):
-        runner.check_writable(tmp_path / "file" / "out.txt", "--output")
+        check_owned([tmp_path / "file" / "out.txt"], "translate", None, "--output", writable=True)
 
 
 # ---------------------------------------------------------------- prepare

@@ -59,7 +59,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import Parser, at_least, positive, whole
-from .runner import Refusal, as_command, check_owned, check_writable
+from .runner import Refusal, as_command, check_owned
 
 MODULE = "fairseq_csan.recipes.benchmark"  # this module, run again in a child process
 # the sentence lengths of newstest2014 En-De (word counts only), shipped so that nothing need be prepared
@@ -145,8 +145,7 @@ def plan(args) -> bool:
     if args.device == "cuda" and args.precision == "bf16" and not torch.cuda.is_bf16_supported():
         raise Refusal(f"--precision bf16: {torch.cuda.get_device_name()} has no bfloat16 support; use fp16 or fp32")
     if args.out:
-        check_writable(args.out, "--out")
-        check_owned([args.out], "benchmark", args.force, "--out")
+        check_owned([args.out], "benchmark", args.force, "--out", writable=True)
     if args.mode in ("train", "decode"):
         architectures(args)  # an unknown one fails here, before any work
         if args.lengths_from and not Path(f"{args.lengths_from}.en").exists():

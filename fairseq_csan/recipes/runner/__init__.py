@@ -14,6 +14,6 @@ keep a record or start a process, each rule in one place:
 
 from .children import Progress, run_child, shell_words, stop_children  # noqa: F401
 from .failure import Failed, Refusal, as_command, say  # noqa: F401
-from .files import WriterLock, atomic, check_writable, listing, refuse_overlaps, replace_folder, save_torch  # noqa: F401
+from .files import WriterLock, atomic, listing, refuse_overlaps, replace_folder, save_torch  # noqa: F401
 from .records import (EVALUATION, EXPORT, RESULTS, RUN, Damaged, Kind, Step, changed_since, check_made_from,  # noqa: F401
                       check_owned, forget_written, made_from, stamped_change, theirs, write_file)

@@ -316,7 +316,7 @@ def replace_folder(out: Path, write: Callable[[Path], None], may_replace: Callab
         _remove(new)
 
 
-def check_writable(path: Path, flag: str) -> None:
+def _writable(path: Path, flag: str) -> None:
     """Refuse before any slow work when ``path`` (a file to write) cannot be written: its folder
     is missing and cannot be made, is not writable, or the path is a folder."""
     path = Path(path)

@@ -36,7 +36,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from ...model_folder import sha256, unsealed  # the one file hash (fairseq is not imported)
 from .failure import Failed, Refusal, _command_name, say
-from .files import WriterLock, _files, _temporary, atomic, check_writable, listing
+from .files import WriterLock, _files, _temporary, _writable, atomic, listing
 
 
 _EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
@@ -253,10 +253,10 @@ def check_owned(paths: Iterable, by: Optional[str], force: Optional[bool], flag:
     replaced, ``--force`` or not. ``force`` False: an output of ``by``'s own is refused too
     (replaced with --force only); None: the command replaces its own outputs. ``by`` None: the
     running command. ``writable``: each of ``paths`` (files) is first checked writable
-    (:func:`~.files.check_writable`), before any slow work."""
+    (:func:`~.files._writable`), before any slow work."""
     paths, by = [Path(p) for p in paths], by or _command_name()
     for path in paths if writable else ():
-        check_writable(path, flag)
+        _writable(path, flag)
     foreign = theirs(paths, by, changed=not redo)
     if foreign:
         raise Refusal(f"{flag} {listing(foreign)}: {by if isinstance(by, str) else ' or '.join(by)} did not write "
