@@ -201,3 +201,29 @@ def output_of(args, ende, tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     return command, done.returncode, done.stdout + done.stderr
+
+
+# a page the code points to, and the section it names where it names one in quotes: docs/recipes.md,
+# "How every command ends" (or ('...'), or ("..."))
+POINTER = re.compile(r"""((?:docs|examples/\w+)/[\w.-]+\.md)(?:'s)?(?:(?:,\s+|\s+\()(["'])([A-Z][^"'\n]*?)\2)?""")
+
+
+def headings(page: Path):
+    return [line.lstrip("#").strip().replace("`", "").lower()
+            for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
+
+
+def test_every_docs_section_the_code_points_to_exists():
+    """A docstring or message that sends a reader to a docs page names a page that exists, and a
+    section of it (quoted) that is the start of one of its headings."""
+    checked, wrong = 0, []
+    for source in sorted([*(REPO / "fairseq_csan").rglob("*.py"), *(REPO / "scripts").glob("*.sh")]):
+        text = " ".join(source.read_text(encoding="utf-8").replace('"""', "").split())
+        for m in POINTER.finditer(text):
+            page, section = REPO / m.group(1), m.group(3)
+            checked += 1
+            if not page.is_file():
+                wrong.append(f"{source.name}: {m.group(1)} does not exist")
+            elif section and not any(h.startswith(section.lower()) for h in headings(page)):
+                wrong.append(f"{source.name}: {m.group(1)} has no section {section!r}")
+    assert checked > 10 and not wrong, wrong

@@ -8,7 +8,7 @@ whose setup they follow), outputs at most 50 tokens longer than the input (fairs
 On the CPU, a batch of one sentence decodes as fast with one thread as with all cores on a quiet
 machine, and several times faster with one where other work shares the cores (its small
 products only make idle threads wait); a batch of 16 or more decodes 1.2 to 1.4 times faster with
-all cores on a quiet machine (docs/speed.md, "Threads on the CPU"). So translate.py, evaluate.sh
+all cores on a quiet machine (docs/speed.md, "Threads"). So translate.py, evaluate.sh
 and the hub's ``translate()`` of an exported folder take one thread for a batch of one sentence
 and torch's own number (all cores) for larger batches, unless told: ``--threads N``, or
 ``OMP_NUM_THREADS`` in the environment, which torch reads and the kit leaves as it is.

@@ -64,7 +64,7 @@ def parse(argv=None):
     p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
     p.add_argument("--threads", type=positive, metavar="N",
                    help="CPU threads of fairseq-generate (default: 1 with --batch-size 1, else all cores; "
-                        "OMP_NUM_THREADS where set): docs/speed.md, Threads on the CPU")
+                        "OMP_NUM_THREADS where set): docs/speed.md, 'Threads'")
     p.add_argument("--progress-every", type=positive, default=30, metavar="S",
                    help="while decoding, report the sentences done every S seconds (default 30)")
     p.add_argument("--force", action="store_true",

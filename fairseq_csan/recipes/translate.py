@@ -171,7 +171,7 @@ def parse(argv):
     p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
     p.add_argument("--threads", type=positive, metavar="N",
                    help="CPU threads (default: 1 for a batch of one sentence, else all cores; OMP_NUM_THREADS "
-                        "where set): docs/speed.md, Threads on the CPU")
+                        "where set): docs/speed.md, 'Threads'")
     p.add_argument("--force", action="store_true",
                    help="replace an --output that translate wrote before (a file of anyone else's is never replaced)")
     p.add_argument("--progress-every", type=float, default=30.0, metavar="S",
