@@ -45,9 +45,6 @@ speed-up is above 1 there and at every longer one, beside the plugin's BANDED_FR
 two torch.cuda.synchronize(); in --mode train and decode each model first runs each round's batch
 once, untimed (a GPU pays once for each new tensor shape); the model cast to that type as
 fairseq's --fp16 / --bf16 do.
-
-usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long|crossover] [--archs ARCH ... | --table1 |
-                                   --all] [--device cpu|cuda] [--precision fp32|fp16|bf16] [--out FILE [--force]] ...
 """
 
 import argparse
