@@ -14,8 +14,7 @@ sentences/s. The weights are untrained, so the end of sentence is banned until t
 longest source length and forced there: every model decodes the same number of steps.
 Their batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De
 pairs (newstest2014_lengths.tsv, shipped; --lengths-from PREFIX: those of a PREFIX.en/.de pair
-of files), sorted by length and cut as fairseq batches them; token ids are random. --table1
-(the CSAN paper's Table 1) or --all (every row of docs/speed.md) instead of --archs.
+of files), sorted by length and cut as fairseq batches them; token ids are random.
 
 On Linux the command re-executes itself with glibc's malloc told to keep freed memory
 (MALLOC_TUNING): otherwise a base model's every step page-faults its activations in again, a

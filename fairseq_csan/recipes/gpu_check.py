@@ -5,8 +5,6 @@ each step checks and writes, how a stopped run goes on where it stopped (OUT/.st
 --budget-minutes and --rehearse do.
 """
 
-from __future__ import annotations
-
 import argparse
 import itertools
 import os
