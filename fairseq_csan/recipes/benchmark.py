@@ -14,8 +14,7 @@ sentences/s. The weights are untrained, so the end of sentence is banned until t
 longest source length and forced there: every model decodes the same number of steps.
 Their batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De
 pairs (newstest2014_lengths.tsv, shipped; --lengths-from PREFIX: those of a PREFIX.en/.de pair
-of files), sorted by length and cut as fairseq batches them; token ids are random. --table1
-(the CSAN paper's Table 1) or --all (every row of docs/speed.md) instead of --archs.
+of files), sorted by length and cut as fairseq batches them; token ids are random.
 
 On Linux the command re-executes itself with glibc's malloc told to keep freed memory
 (MALLOC_TUNING): otherwise a base model's every step page-faults its activations in again, a
@@ -45,9 +44,6 @@ speed-up is above 1 there and at every longer one, beside the plugin's BANDED_FR
 two torch.cuda.synchronize(); in --mode train and decode each model first runs each round's batch
 once, untimed (a GPU pays once for each new tensor shape); the model cast to that type as
 fairseq's --fp16 / --bf16 do.
-
-usage: python -m fairseq_csan.recipes.benchmark [--mode train|decode|long|crossover] [--archs ARCH ... | --table1 |
-                                   --all] [--device cpu|cuda] [--precision fp32|fp16|bf16] [--out FILE [--force]] ...
 """
 
 import argparse

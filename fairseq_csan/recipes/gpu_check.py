@@ -1,31 +1,9 @@
 """Every check that needs a GPU, in one offline command that may be stopped and started again.
 
-usage: python -m fairseq_csan.recipes.gpu_check [--out DIR] [--only tests,benchmark,multi30k]
-           [--precisions fp32,fp16,bf16] [--lengths-from PREFIX] [--raw-dir DIR]
-           [--multi30k-model tiny|small] [--multi30k-updates N] [--multi30k-seeds N] [--multi30k-jobs N]
-           [--multi30k-systems LIST] [--budget-minutes N] [--rehearse] [--dry-run]
-(scripts/gpu_check.sh is this command; docs/distributed.md says what each step checks and how.)
-
-The steps, each one command with its log in OUT/NAME.log:
-  tests                        tests/test_gpu.py: fp16/bf16 against fp32 for every architecture,
-                               incremental decoding, a fairseq-train --fp16 smoke run per family,
-                               two-GPU data parallelism where there are two GPUs
-  benchmark-MODE-PRECISION     the benchmark of docs/speed.md (train, decode, the dense/banded
-                               crossover) in each precision: OUT/benchmark_MODE_PRECISION.md
-  multi30k-seedK               the Multi30k reproduction (multi30k.py) in pieces: the runs of seeds
-                               1..K (the first piece also the window sweep), the table of all of
-                               them so far in OUT/multi30k/results.md
-
-Nothing need be prepared (the benchmark's lengths are shipped; Multi30k is read where the README
-unpacks it). Stopped at any moment and started again with the same arguments, it goes on where it
-stopped: a step is kept while its record (OUT/.steps/NAME.json: its command, the machine and
-software it ran on, its outputs, its time) says so, and a Multi30k run resumes from its last
-checkpoint. --budget-minutes N starts no step that would end after N minutes (exit status 3).
---rehearse runs every step for real at toy size on the CPU, where the checks that need CUDA are
-skipped and named by pytest.
+scripts/gpu_check.sh is this command. docs/distributed.md, "Checking a GPU machine in one command", says what
+each step checks and writes, how a stopped run goes on where it stopped (OUT/.steps/NAME.json), and what
+--budget-minutes and --rehearse do.
 """
-
-from __future__ import annotations
 
 import argparse
 import itertools

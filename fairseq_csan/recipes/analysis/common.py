@@ -61,10 +61,8 @@ def bleu(hyps, refs, order: int = 4):
 
 
 def outputs(out: Path, stem: str, force: bool):
-    """The CSV, markdown and PNG paths of one analysis. An existing one is replaced only with
-    ``force``, and only where this analysis wrote it and it is unchanged since (the record of what
-    the kit wrote); a file of anyone else's is refused, ``force`` or not. A second run of the same
-    analysis into ``out`` while one writes there is refused too."""
+    """The CSV, markdown and PNG paths of one analysis, claimed: locked against a second run of it into
+    ``out``, and an existing one replaced only with ``force`` where this analysis wrote it (check_owned)."""
     paths = [out / f"{stem}.{ext}" for ext in ("csv", "md", "png")]
     WriterLock(paths[0], folder=False, what=f"the {stem} analysis").acquire()  # held to the end
     check_owned(paths, None, force, "--out")

@@ -2,23 +2,8 @@
 gate values lambda_Q and lambda_K of eq. 5 per layer, on the source side and the target side,
 and per part of speech of the source words.
 
-usage: python -m fairseq_csan.recipes.analysis.gate_weights --model NAME=CHECKPOINT [--model ...] \
-           --data DATA --out DIR [--subset valid] [--pos TAGS] [--max-tokens 4096] [--cpu] [--force] [--unchecked]
-
-DATA is a prepared task folder (its data-bin/) or a fairseq data-bin folder; each CHECKPOINT must
-be made from it, as its run's or evaluation's record says (--unchecked takes one with no record,
-and says so). Each model runs teacher-forced over the subset (the paper averages "over the
-validation set") inside ``fairseq_csan.record_gates``; every real token's gate values count once
-(padding never).
-
-- Per layer (Figure 2 for one context type per model; Figure 3 when a model has gates on both
-  sides): DIR/gate_weights.csv, .md, .png.
-- --pos TAGS: a file aligned with the subset's source, one line per sentence and one tag per
-  (pre-BPE) token, as in the prepared task's tok/SUBSET.SRC. A word's gate is the mean over
-  its BPE pieces (read from the prepared task's bpe/SUBSET.SRC when DATA is one, else from
-  the dictionary, where an <unk> piece may split a word wrongly); the tag's value is the mean
-  over its words and the encoder's gated layers (Figure 4). DIR/gate_weights_pos.csv, .md,
-  .png, with the mean over all words as the grey line.
+docs/analysis.md, "Gate weights", says which data and checkpoints it takes, how the values are
+averaged (per layer and side, and per POS tag of the source words with --pos) and what it plots.
 """
 
 from collections import defaultdict

@@ -1,20 +1,7 @@
 """BLEU by source length (the context-aware paper's Figure 5): the test sentences split into
 groups by source length, each system's BLEU in every group, and its gap to a baseline.
 
-usage: python -m fairseq_csan.recipes.analysis.length_buckets --src SRC.tok --ref REF.tok --baseline BASE
-           --system SYS [--system SYS2 ...] --out DIR [--groups 10 | --width 10] [--force]
-
-BASE and SYS are evaluation folders of scripts/evaluate.sh (their hyp.tok) or NAME=FILE.
-SRC.tok is the tokenised source (the prepared task's tok/test.SRC); a sentence's length is
-its number of tokens. The paper divides the sentences "into 10 disjoint groups according to
-their lengths" (following Tu et al. 2016) without saying how; by default we sort by length
-and cut into --groups groups of nearly equal size (a run of equal lengths is never split, so
-there may be fewer groups), so every group's BLEU rests on about as many sentences; --width W
-instead makes groups of fixed width [1, W], [W+1, 2W], ... (Tu et al.'s way; the last group
-takes every longer sentence). BLEU is tokenised, case-sensitive corpus BLEU within the group.
-
-Writes DIR/length_buckets.csv, .md and .png (the gaps as lines, the baseline's BLEU in grey
-on the right-hand axis, as the paper draws it).
+docs/analysis.md, "Length buckets", says how the groups are cut (the paper does not) and what is plotted.
 """
 
 from pathlib import Path

@@ -1,19 +1,7 @@
 """N-gram gap (the CSAN paper's Figure 3): how much better each system translates n-grams of
 each order than a baseline.
 
-usage: python -m fairseq_csan.recipes.analysis.ngram_gap --ref REF.tok --baseline BASE --system SYS
-           [--system SYS2 ...] --out DIR [--max-order 4] [--force]
-
-BASE and SYS are evaluation folders of scripts/evaluate.sh (their hyp.tok) or NAME=FILE with
-one tokenised hypothesis per line; REF.tok is the tokenised reference (the prepared task's
-tok/test.TGT). For every order n, the corpus-level modified n-gram precision of BLEU
-(Papineni et al. 2002: clipped n-gram matches over hypothesis n-grams, case-sensitive, on the
-given tokens), in percent; the gap is the system's minus the baseline's. The paper's figure
-calls the y-axis "Gap of BLEU" without defining it further; the n-gram precision is the part
-of BLEU that belongs to one order, so that is what we plot (the CSV also has BLEU with the
-orders up to n, for those who read it that way).
-
-Writes DIR/ngram_gap.csv, .md and .png.
+docs/analysis.md, "N-gram gap", says what is measured (the modified n-gram precision of BLEU) and why.
 """
 
 from ..runner import as_command, say

@@ -1,12 +1,7 @@
 """Window and area sweep (the CSAN paper's Figure 2): dev BLEU of 1D-CSAN against the window
 size M, and of 2D-CSAN against the number of heads N in its area (window fixed).
 
-usage: python -m fairseq_csan.recipes.analysis.window_sweep --sweep SWEEP_OUT --out DIR [--metric bleu_tok] [--force]
-
-SWEEP_OUT is the --out of scripts/sweep.sh: one folder per run with sweep.json (kind: window or
-heads, value; a sweep of an earlier version of the kit is refused, and so is a score without
-it) and eval/results.json. Writes
-DIR/window_sweep.csv, .md and .png (one panel per kind; the best value marked).
+docs/analysis.md, "Window and area sweep", says what it reads from the sweep and what it plots.
 """
 
 from pathlib import Path
