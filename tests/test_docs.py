@@ -208,14 +208,16 @@ def output_of(args, ende, tmp_path):
 POINTER = re.compile(r"""((?:docs|examples/\w+)/[\w.-]+\.md)(?:'s)?(?:(?:,\s+|\s+\()(["'])([A-Z][^"'\n]*?)\2)?""")
 
 
-def headings(page: Path):
-    return [line.lstrip("#").strip().replace("`", "").lower()
-            for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
+def sections(page: Path):
+    """The headings of ``page`` (outside its code blocks) and the bold names its list items start with."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return [*(m.group(1) for m in re.finditer(r"^#+\s+(.+)$", text, flags=re.M)),
+            *(m.group(1) for m in re.finditer(r"^\s*[-*]\s+\*\*(.+?)\*\*", text, flags=re.M))]
 
 
 def test_every_docs_section_the_code_points_to_exists():
     """A docstring or message that sends a reader to a docs page names a page that exists, and a
-    section of it (quoted) that is the start of one of its headings."""
+    section of it (quoted) that is the start of one of its headings or of a list item's bold name."""
     checked, wrong = 0, []
     for source in sorted([*(REPO / "fairseq_csan").rglob("*.py"), *(REPO / "scripts").glob("*.sh")]):
         text = " ".join(source.read_text(encoding="utf-8").replace('"""', "").split())
@@ -224,6 +226,6 @@ def test_every_docs_section_the_code_points_to_exists():
             checked += 1
             if not page.is_file():
                 wrong.append(f"{source.name}: {m.group(1)} does not exist")
-            elif section and not any(h.startswith(section.lower()) for h in headings(page)):
+            elif section and not any(h.replace("`", "").lower().startswith(section.lower()) for h in sections(page)):
                 wrong.append(f"{source.name}: {m.group(1)} has no section {section!r}")
     assert checked > 10 and not wrong, wrong
