@@ -1,15 +1,9 @@
-"""Tokenisation, segmentation, detokenisation and length cleaning for the task recipes
-(docs/recipes.md, Preparation and Cleaning).
+"""Tokenisation, segmentation, detokenisation and length cleaning for the task recipes.
 
-Tokenisation, by language (tokenizer_name() names the rule; a prepared task records it; a code with
-a region, zh_CN or pt_BR, takes its language's rules): jieba for zh, MeCab (fugashi, UniDic-lite)
-for ja, and for any other language Moses punctuation normalisation (control characters removed),
-then the Moses tokenizer (sacremoses; no aggressive hyphen splitting, no XML escaping) with the
-language's nonbreaking prefixes, or English's where sacremoses has none, as tokenizer.perl does.
-Detokenisation: the language's Moses detokeniser; for zh and ja, the spaces between tokens are
-removed except between two letters or digits of a spaced script ("iPhone 6" keeps its space).
-Lines stay aligned: every input line gives one output line, empty or not. Each output is written
-whole (runner.atomic), so a half-written file never looks finished.
+docs/recipes.md says each language's rule ('Your own corpus'; 'Recipe choices where the papers are
+silent': no aggressive hyphen splitting, no XML escaping) and the cleaning ('Cleaning'). Beyond it:
+Moses' punctuation normalisation also removes control characters, and every input line gives one
+output line, empty or not, so that the two sides stay aligned.
 """
 
 import gzip
