@@ -145,11 +145,8 @@ _MARK_ATTACHED = re.compile(r"[^\W_](?:[.,!?;:]|n't|'[a-z]{1,2})(?=\s|$)")  # "w
 
 
 def looks_tokenized(lines, lang: str, at_least: int = 20):
-    """Why ``lines`` (a sample of a corpus) look tokenised already, or None: for zh and ja, a
-    quarter or more of the pairs of neighbouring CJK characters have a space between them (raw
-    text has next to none; segmented text about one pair in two, its words being short); for any
-    other language, most punctuation marks and clitics that end a word stand apart from it
-    ("swimming ." "didn 't"), as a tokeniser leaves them. Fewer than ``at_least`` cases: None."""
+    """Why ``lines`` (a sample of a corpus) look tokenised already, or None (the rule: docs/recipes.md,
+    'Pre-tokenised corpora'). Fewer than ``at_least`` cases: None."""
     lines = list(lines)
     if base_language(lang) in SEGMENTED:
         patterns, share = (_CJK_SPACED, _CJK_JOINED), 0.25
