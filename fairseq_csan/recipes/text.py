@@ -195,12 +195,9 @@ DROP_WARNING = 0.05  # a cleaning that drops more than this share of the pairs s
 
 
 def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_token_chars=MAX_TOKEN_CHARS):
-    """Drop pairs with an empty side, a side over ``max_len`` tokens, or a token-length ratio
-    over ``ratio`` (either way), as Moses' clean-corpus-n.perl does; and pairs with a token of
-    more than ``max_token_chars`` characters, which BPE would learn merges from as if it were
-    a frequent word (one 100,000-character line reshapes thousands of merges). Returns the pairs
-    kept and the pairs dropped for each reason; over DROP_WARNING of the corpus dropped, a warning
-    says how many, why, and the option that keeps them."""
+    """Drop the pairs that docs/recipes.md ('Preparation', 'Cleaning') says, and why (``max_len``,
+    ``ratio`` either way, ``max_token_chars``); the pairs kept and the pairs dropped for each reason
+    (over DROP_WARNING of the corpus dropped, a warning says how many, why, and what keeps them)."""
     kept, why = 0, {"empty": 0, "long": 0, "ratio": 0, "token": 0}
     try:
         with atomic(src_out, tgt_out) as parts, open(src_in, encoding="utf-8") as fs, \
