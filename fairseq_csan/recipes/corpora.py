@@ -241,8 +241,7 @@ def download(url: str, dest: Path):
                 done += len(chunk)
                 if done - shown >= 100 << 20:
                     shown = done
-                    of = f" of {total >> 20} MiB" if total else ""
-                    say(f"  {done >> 20} MiB{of}")
+                    say(f"  {done >> 20} MiB" + (f" of {total >> 20} MiB" if total else ""))
     except Exception as error:  # urllib raises several kinds; all mean the same to the user (nothing was kept)
         raise Refusal(f"download of {url} failed ({error}): download it yourself and put it at {dest}, then run "
                       "again") from error
