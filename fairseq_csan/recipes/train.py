@@ -387,9 +387,7 @@ def warm_start(o, read) -> dict:
 
 def start_from(o, data: Data) -> dict:
     """--finetune-from FOLDER: the folder's model (export.folder_model), checked against the
-    options and the task: the same --arch, the task's dictionaries (prepare files --like FOLDER
-    made them), no flag after -- that gives the model another shape, no --size, and no second start
-    (--finetune-from-model after --)."""
+    options and the task (docs/recipes.md, 'Start from a trained Transformer')."""
     from .export import contradictions, fits_task, folder_model
 
     if o.size:
@@ -434,9 +432,8 @@ EPOCH = re.compile(rb"\bepoch\W+(\d+)")
 
 
 def progress_of(cmd: List[str]) -> Progress:
-    """The kit's progress line (runner.Progress) from the lines of fairseq-train's log: the updates
-    of its train_inner and train lines, of the command's --max-update, with the time left; where
-    --max-epoch alone bounds the run (fairseq's --max-update 0), the epoch of --max-epoch instead."""
+    """The kit's progress line (runner.Progress) from the lines of fairseq-train's log, as
+    docs/recipes.md ('Training') shows it."""
     def number(flag):
         value = flag_value(cmd, flag) or ""
         return int(value) if value.isdigit() else 0
