@@ -1,7 +1,4 @@
-"""The words after ``--`` of train.sh, read as fairseq-train reads them: the command with each
-flag once (:func:`with_overrides`), a flag's value as it takes effect (:func:`flag_value`), and
-the settings the kit keeps to itself refused under any spelling fairseq's own parser accepts
-(:func:`check_after_dashes`)."""
+"""The words after ``--`` of train.sh, read as fairseq-train reads them (each function says how)."""
 
 import contextlib
 import io

@@ -1,16 +1,11 @@
 """The kit's one option layer: argparse, with every error a :class:`~.runner.Refusal` of one line
 (exit status 2: runner.as_command) and the argument types the commands share, each option declared
 once in its command's parser; and :func:`can_import`, whether a module a command needs is there.
-
-:meth:`Parser.read` refuses a word it does not know before any value is checked, gives the words
-after ``--`` back unread (for fairseq-train, or train.sh), and prints the help wherever ``-h`` or
-``--help`` stands.
 """
 
 import argparse
 import re
 import sys
-from pathlib import Path
 from typing import Callable, List, Tuple
 
 from .runner import Refusal
@@ -49,7 +44,8 @@ class Parser(argparse.ArgumentParser):
         raise Refusal(f"unknown argument '{word}'{self.unknown_hint}")
 
     def read(self, argv) -> Tuple[argparse.Namespace, List[str]]:
-        """(the options, the words after ``--``); ``argv`` None: the command line's."""
+        """(the options, the words after ``--`` unread: for fairseq-train, or train.sh); ``argv`` None: the
+        command line's. A word no option knows is refused before any value is checked."""
         argv = list(sys.argv[1:] if argv is None else argv)
         cut = argv.index("--") if "--" in argv else len(argv)
         words = argv[:cut]
@@ -84,21 +80,17 @@ def can_import(module: str) -> bool:
         return False
 
 
-
 # ------------------------------------------------------------------------ the shared types
 
+def whole(text: str, least: int = 0) -> int:
+    """A whole number of ``least`` (0, or 1: :func:`positive`) or more."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < least:
+        raise argparse.ArgumentTypeError(f"must be a whole number{' of 1 or more' if least else ''}, got '{text}'")
+    return int(text)
+
+
 def positive(text: str) -> int:
-    """A whole number of 1 or more."""
-    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got '{text}'")
-    return int(text)
-
-
-def whole(text: str) -> int:
-    """A whole number of 0 or more."""
-    if not re.fullmatch(r"[0-9]+", text.strip()):
-        raise argparse.ArgumentTypeError(f"must be a whole number, got '{text}'")
-    return int(text)
+    return whole(text, 1)
 
 
 def at_least(least: float, kind: Callable = float):
@@ -121,13 +113,6 @@ def language(text: str) -> str:
         raise argparse.ArgumentTypeError(f"must be a language code (two or three lower-case letters, optionally with a "
                                          f"_REGION: en, fr, zh, ja, pt_BR), got '{text}'")
     return text
-
-
-def folder(text: str) -> Path:
-    """An existing folder."""
-    if not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"no folder {text}")
-    return Path(text)
 
 
 def items(kind: Callable = str, allowed=None, odd: bool = False):

@@ -1,11 +1,5 @@
 """The raw corpora of the task recipes (the three WMT/WAT tasks, Multi30k and the toy corpus), and how
-to gather them (step 1 of prepare.py).
-
-:func:`locate_split` finds each corpus in the raw folder (plain text, an official SGM file, or an
-``A ||| B`` ASPEC file), extracts a downloaded archive when only the archive is there, and downloads
-a public archive when neither is there (unless told not to); :func:`write_split` writes the split's
-two sides, every corpus concatenated. A missing corpus is refused with the file that is missing and
-where to get it.
+to gather them (step 1 of prepare.py: :func:`locate_split`, then :func:`write_split`).
 """
 
 import re
@@ -55,10 +49,8 @@ class Task:
     raw_env: str = ""  # the environment variable that may name the raw folder (presets)
     note: str = ""
     name: str = ""
-    # a preset's preparation (prepare.py): BPE learnt on both languages together (1) or on each
-    # (0, for the segmented languages, whose scripts share little with English); training
-    # pairs whose length ratio exceeds clean_ratio are dropped (9 where one side is segmented
-    # into characters' worth of words); the BPE merges and raw folder unless given
+    # a preset's preparation (prepare.py; docs/recipes.md, 'Recipe choices where the papers are silent'):
+    # joint BPE or not, the cleaning ratio, and the BPE merges and raw folder unless given
     joint_bpe: int = 1
     clean_ratio: float = 1.5
     merges: int = 32000
@@ -249,8 +241,7 @@ def download(url: str, dest: Path):
                 done += len(chunk)
                 if done - shown >= 100 << 20:
                     shown = done
-                    of = f" of {total >> 20} MiB" if total else ""
-                    say(f"  {done >> 20} MiB{of}")
+                    say(f"  {done >> 20} MiB" + (f" of {total >> 20} MiB" if total else ""))
     except Exception as error:  # urllib raises several kinds; all mean the same to the user (nothing was kept)
         raise Refusal(f"download of {url} failed ({error}): download it yourself and put it at {dest}, then run "
                       "again") from error

@@ -1,13 +1,5 @@
-"""A corpus in a model folder's own vocabulary: ``prepare files ... --like FOLDER``.
-
-To fine-tune a trained model (one of fairseq's published translation models, a folder that
-export or recipes.convert wrote) the corpus must be cut as its training data was: tokenised by
-the folder's tokenizer, split by its BPE with its codes, and binarised with its dictionaries
-unchanged. This module reads those settings from the folder's checkpoint (its ``tokenizer`` and
-``bpe`` as fairseq's hub interface uses them) and applies them through fairseq's own encoder
-registry (``fairseq.data.encoders``: moses, csan_recipe, subword_nmt, fastbpe, sentencepiece,
-...), so each line is made exactly as ``from_pretrained(FOLDER).translate`` makes it; prepare
-then binarises with fairseq-preprocess ``--srcdict/--tgtdict``.
+"""A corpus in a model folder's own vocabulary: ``prepare files ... --like FOLDER`` (docs/recipes.md,
+'Start from a trained Transformer', says what it takes from the folder and what it refuses).
 """
 
 from __future__ import annotations

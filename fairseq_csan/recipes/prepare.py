@@ -2,25 +2,11 @@
 
 A preset task (``python -m fairseq_csan.recipes.prepare wmt14_en_de``, or its door
 ``examples/<task>/prepare.sh``) takes its settings (joint BPE or not, the cleaning ratio, the
-default merges and raw folder) from ``corpora.TASKS``; ``files`` takes a user's corpus; see
-docs/recipes.md. The steps, each recorded in ``OUT/.steps/`` with the settings and content hashes
-it was made from (the runner's step stamps), so that a rerun skips what is current and redoes,
-saying why, what was made from other inputs::
-
-  1 gather   raw corpora -> OUT/raw/{train,valid,test,test1..}.{SRC,TGT}   (corpora.py)
-  2 tokenise each language's rules: Moses, jieba (zh), MeCab (ja) -> OUT/tok/  (text.py)
-  3 clean    training pairs: empty, > --clean-max-len tokens, ratio > --clean-ratio, a token
-             over 100 characters (text.MAX_TOKEN_CHARS; the log counts them)
-  4 BPE      subword-nmt learn-bpe -> OUT/bpe/codes (joint) or codes.LANG
-  5 BPE      subword-nmt apply-bpe to train, valid and test -> OUT/bpe/
-  6 binarise fairseq-preprocess -> OUT/data-bin
-
-The task's settings are kept in OUT/task.json (task.py); a rerun with other settings into the
-same OUT is refused unless --force, which deletes what this command wrote there (raw/, tok/,
-bpe/, data-bin/, .steps/; never the downloads) first. Everything is checked before the first
-step writes: a raw corpus that lies where this command writes is refused (a rerun would remove it
-before reading it), so is a file there that prepare did not write (the records of what the kit
-wrote), and so is a second prepare into the same OUT while one runs (OUT/.lock).
+default merges and raw folder) from ``corpora.TASKS``; ``files`` takes a user's corpus. The six
+steps (1 gather: corpora.py; 2 tokenise: text.py; 3 clean; 4 learn BPE; 5 apply BPE; 6 binarise)
+write the folder that task.py describes. docs/recipes.md says what each step does ('Preparation',
+'Cleaning'), and what is refused before the first step writes and what a rerun skips or redoes
+('What each command owns, reuses and redoes').
 """
 
 from __future__ import annotations
@@ -36,9 +22,8 @@ from typing import List, Optional
 
 from . import corpora, like, text
 from .command_line import UNCHECKED, Parser, at_least, can_import, language, positive
-from .runner import (Progress, Refusal, Step, WriterLock, as_command, check_owned, refuse_overlaps, run_child, say,
-                     shell_words, write_file)
-from .runner.records import forget_written
+from .runner import (Progress, Refusal, Step, WriterLock, as_command, check_owned, forget_written, refuse_overlaps,
+                     run_child, say, shell_words, write_file)
 from .task import TASK, PreparedTask
 
 OWNED = ("raw", "tok", "bpe", "data-bin", ".steps", "task.json", "tools.txt")  # what prepare writes in OUT
@@ -236,8 +221,9 @@ def settings_of(args, spec) -> dict:
 
 
 def plan(args) -> dict:
-    """Every check before the first step writes (the module's docstring), the raw corpora found (or
-    downloaded and extracted: not on a dry run); the task as it will be."""
+    """Every check before the first step writes (a raw corpus where this command writes would be
+    removed before it is read), the raw corpora found (or downloaded and extracted: not on a dry
+    run); the task as it will be."""
     spec = args.spec
     out = args.out or Path("data") / spec.name
     raw = args.raw_dir or Path(os.environ.get(spec.raw_env) or args.default_raw or out / "downloads")

@@ -2,12 +2,8 @@
 
 ``examples/<task>/prepare.sh`` makes a folder that every later command reads::
 
-    task.json      what was prepared (TASK): task, src, tgt, merges, joint_bpe,
-                   clean_max_len, clean_ratio, tests (the test sets: test, test1, ...),
-                   tokenizer_src, tokenizer_tgt (the rule each language was tokenised by,
-                   text.tokenizer_name), pretokenized (the text's own tokens kept), like (the
-                   model folder it was prepared like), and what it found: test_names (each test
-                   set's file name) and warnings
+    task.json      what was prepared, and what it found (TASK's fields; docs/recipes.md, 'Your
+                   own corpus' and 'Pre-tokenised corpora', says what each holds)
     tools.txt      the versions of the tokenisers and subword-nmt that made it
     raw/           {train,valid,test,test1,...}.{src,tgt}: the gathered corpora (the references of sacreBLEU)
     tok/           the same, tokenised (test.tgt is the reference of tokenised BLEU)

@@ -1,15 +1,9 @@
-"""Tokenisation, segmentation, detokenisation and length cleaning for the task recipes
-(docs/recipes.md, Preparation and Cleaning).
+"""Tokenisation, segmentation, detokenisation and length cleaning for the task recipes.
 
-Tokenisation, by language (tokenizer_name() names the rule; a prepared task records it; a code with
-a region, zh_CN or pt_BR, takes its language's rules): jieba for zh, MeCab (fugashi, UniDic-lite)
-for ja, and for any other language Moses punctuation normalisation (control characters removed),
-then the Moses tokenizer (sacremoses; no aggressive hyphen splitting, no XML escaping) with the
-language's nonbreaking prefixes, or English's where sacremoses has none, as tokenizer.perl does.
-Detokenisation: the language's Moses detokeniser; for zh and ja, the spaces between tokens are
-removed except between two letters or digits of a spaced script ("iPhone 6" keeps its space).
-Lines stay aligned: every input line gives one output line, empty or not. Each output is written
-whole (runner.atomic), so a half-written file never looks finished.
+docs/recipes.md says each language's rule ('Your own corpus'; 'Recipe choices where the papers are
+silent': no aggressive hyphen splitting, no XML escaping) and the cleaning ('Cleaning'). Beyond it:
+Moses' punctuation normalisation also removes control characters, and every input line gives one
+output line, empty or not, so that the two sides stay aligned.
 """
 
 import gzip
@@ -151,11 +145,8 @@ _MARK_ATTACHED = re.compile(r"[^\W_](?:[.,!?;:]|n't|'[a-z]{1,2})(?=\s|$)")  # "w
 
 
 def looks_tokenized(lines, lang: str, at_least: int = 20):
-    """Why ``lines`` (a sample of a corpus) look tokenised already, or None: for zh and ja, a
-    quarter or more of the pairs of neighbouring CJK characters have a space between them (raw
-    text has next to none; segmented text about one pair in two, its words being short); for any
-    other language, most punctuation marks and clitics that end a word stand apart from it
-    ("swimming ." "didn 't"), as a tokeniser leaves them. Fewer than ``at_least`` cases: None."""
+    """Why ``lines`` (a sample of a corpus) look tokenised already, or None (the rule: docs/recipes.md,
+    'Pre-tokenised corpora'). Fewer than ``at_least`` cases: None."""
     lines = list(lines)
     if base_language(lang) in SEGMENTED:
         patterns, share = (_CJK_SPACED, _CJK_JOINED), 0.25
@@ -204,12 +195,9 @@ DROP_WARNING = 0.05  # a cleaning that drops more than this share of the pairs s
 
 
 def clean_pair(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5, max_token_chars=MAX_TOKEN_CHARS):
-    """Drop pairs with an empty side, a side over ``max_len`` tokens, or a token-length ratio
-    over ``ratio`` (either way), as Moses' clean-corpus-n.perl does; and pairs with a token of
-    more than ``max_token_chars`` characters, which BPE would learn merges from as if it were
-    a frequent word (one 100,000-character line reshapes thousands of merges). Returns the pairs
-    kept and the pairs dropped for each reason; over DROP_WARNING of the corpus dropped, a warning
-    says how many, why, and the option that keeps them."""
+    """Drop the pairs that docs/recipes.md ('Preparation', 'Cleaning') says, and why (``max_len``,
+    ``ratio`` either way, ``max_token_chars``); the pairs kept and the pairs dropped for each reason
+    (over DROP_WARNING of the corpus dropped, a warning says how many, why, and what keeps them)."""
     kept, why = 0, {"empty": 0, "long": 0, "ratio": 0, "token": 0}
     try:
         with atomic(src_out, tgt_out) as parts, open(src_in, encoding="utf-8") as fs, \

@@ -1,21 +1,9 @@
 """Train any architecture with the papers' setup (scripts/train.sh runs this; docs/recipes.md).
 
-Parse: the options (each declared once, :func:`parser`); plan: the prepared task, the
-hyper-parameters (hparams.json, beside this module), the data-parallel processes and the
-fairseq-train command (``--dry-run`` prints it); run, in this order:
-
-1. takes the save folder's lock (runner.WriterLock: SAVE/.lock, SAVE/.nodeN.lock on the other
-   machines of a multi-node run), held by this process and by the trainer it starts, so it ends
-   only when both have: a second train.sh on the same folder is refused, even while a trainer
-   orphaned by ``kill -9`` of train.sh runs on;
-2. checks the run's identity against SAVE/run.json (runner.RUN): another run in the folder, or this
-   run made from other data, is refused;
-3. mends checkpoint_last.pt and checkpoint_best.pt, which a kill can leave cut short: a damaged
-   or stale checkpoint_last.pt becomes the newest intact checkpoint_E_U.pt (save_folder);
-4. runs the command (runner.run_child), its output appended to SAVE/train.log and shown, with a
-   progress line now and then (:func:`progress_of`); SIGTERM, SIGINT or SIGHUP is passed on to the
-   trainer, which this process then waits for (a lone fairseq-train that still runs
-   runner._RESEND_S seconds later gets it again).
+Parse the options (:func:`parser`), plan the command (:func:`build`; ``--dry-run`` prints it), then
+run it in the save folder: docs/recipes.md, 'Training: scripts/train.sh', says what that does, in
+order (the lock, the run record, the mended checkpoints, the trainer with its log, progress line
+and signals).
 """
 
 from __future__ import annotations
@@ -281,11 +269,11 @@ def share_mode(o, data: Data) -> str:
 
 
 def hardware(o, layout: Layout) -> tuple:
-    """The runner of the command (fairseq-train, or this package's entry point for bf16 and warm
-    starts; under torchrun or srun for several processes) and its hardware arguments."""
+    """The runner of the command and its hardware arguments: fairseq-train, or for bf16 and warm starts
+    this package's entry point (fairseq_csan/train.py: fairseq-train without fairseq 0.12's --bf16
+    implying --tpu, and with warm starts from a checkpoint of other settings); under torchrun or srun
+    (docs/distributed.md) for several processes."""
     warm = o.start_from is not None or any(w.split("=", 1)[0] == "--finetune-from-model" for w in o.extra)
-    # this package's entry point is fairseq-train without fairseq 0.12's --bf16 implying --tpu, and with
-    # warm starts from a checkpoint of other settings (fairseq_csan/train.py)
     runner = ["python", "-m", "fairseq_csan.train"] if layout.precision == "bf16" or warm else ["fairseq-train"]
     precision = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp32": []}[layout.precision]
     if o.tiny:
@@ -295,8 +283,6 @@ def hardware(o, layout: Layout) -> tuple:
         hw = ["--cpu"] * bool(o.cpu_procs) + ["--distributed-world-size", str(layout.world), "--update-freq",
                                               str(layout.update_freq), *precision]
     hw += ["--distributed-backend", "gloo"] if o.cpu_procs else []
-    # several processes (docs/distributed.md): torchrun starts them on each machine, or srun starts one
-    # task per GPU and fairseq reads SLURM's variables
     if layout.launcher == "slurm":
         runner = ["srun", "--nodes", str(layout.nodes), "--ntasks-per-node", str(layout.procs),
                   "--gpus-per-node", str(layout.procs)] + runner
@@ -401,9 +387,7 @@ def warm_start(o, read) -> dict:
 
 def start_from(o, data: Data) -> dict:
     """--finetune-from FOLDER: the folder's model (export.folder_model), checked against the
-    options and the task: the same --arch, the task's dictionaries (prepare files --like FOLDER
-    made them), no flag after -- that gives the model another shape, no --size, and no second start
-    (--finetune-from-model after --)."""
+    options and the task (docs/recipes.md, 'Start from a trained Transformer')."""
     from .export import contradictions, fits_task, folder_model
 
     if o.size:
@@ -448,9 +432,8 @@ EPOCH = re.compile(rb"\bepoch\W+(\d+)")
 
 
 def progress_of(cmd: List[str]) -> Progress:
-    """The kit's progress line (runner.Progress) from the lines of fairseq-train's log: the updates
-    of its train_inner and train lines, of the command's --max-update, with the time left; where
-    --max-epoch alone bounds the run (fairseq's --max-update 0), the epoch of --max-epoch instead."""
+    """The kit's progress line (runner.Progress) from the lines of fairseq-train's log, as
+    docs/recipes.md ('Training') shows it."""
     def number(flag):
         value = flag_value(cmd, flag) or ""
         return int(value) if value.isdigit() else 0
@@ -491,7 +474,7 @@ def resumed(plan: dict) -> bool:
 
 
 def run(plan: dict) -> None:
-    """Train (the module's docstring): the trainer appends to the log itself (it goes on if this
+    """Train (docs/recipes.md, 'Training'): the trainer appends to the log itself (it goes on if this
     process is killed) and holds the lock too; torchrun and srun get a signal once, and stop their
     workers themselves."""
     save, cmd = plan["save"], plan["cmd"]
