@@ -13,10 +13,6 @@ bootstrap resampling against the baseline) and the analyses of fairseq_csan/reci
   OUT/analysis/                 n-gram gap, length buckets (all seeds pooled), gate weights
                                 (seed 1 of each context-aware system), window sweep
 
-usage: python -m fairseq_csan.recipes.multi30k [--out DIR] [--raw-dir DIR] [--seeds 1,2,3]
-           [--model tiny|small] [--max-update N] [--systems a,b] [--windows 3,7,11] [--heads 1,3] [--jobs N]
-           [--device cpu|cuda]
-
 Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
 one-thread runs train faster together than one two-thread run). A finished run (its
 evaluation's results.json, written last, says so) is kept when the command is run again, so more seeds or

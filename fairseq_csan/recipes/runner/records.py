@@ -14,15 +14,9 @@ nowhere else. The kinds:
     (written)     .written.json        here         what the kit wrote in a folder: each file's name
                                                     (relative to the folder), SHA-256 and command
 
-A record is a JSON object of its kind's fields, each of the field's type, written atomically.
-Reading one fails closed: a record that is not what the kit writes, or that its folder's
-``.written.json`` does not name with its SHA-256 (copied in alone, or edited by hand), raises
-:class:`Damaged`, in one line naming the file; a folder that an earlier version of the kit made (a ``KEY=VALUE`` file
-such as recipe.env, and no record) is refused, never read.
-
-**What the kit wrote** (:func:`write_file`, :func:`check_owned`): every file a command writes
-whole is recorded, with its SHA-256 and the command, in its folder's ``.written.json``; a file
-there that no record names, or one changed since, is the user's, and no command replaces it.
+docs/recipes.md, "What each command owns, reuses and redoes", says how each is written and read
+("What it owns", "Fail closed"): atomically; a record its folder's ``.written.json`` does not name
+with its SHA-256, or that is not what the kit writes, is :class:`Damaged`, never believed.
 """
 
 import contextlib
@@ -390,13 +384,9 @@ class Step:
     """One step of a command (tokenising a file, learning BPE, averaging checkpoints, decoding a
     test set, ...): its input and output paths and settings. Its stamp, ``ROOT/.steps/NAME.json``,
     holds the command that ran it, the settings, and a _fingerprint of every input and output, each
-    named relative to ROOT where it lies inside (a copied folder names its own files). A rerun
-    redoes a step, and says why, when its settings differ, an input's content changed (a corpus
-    edited in place, a checkpoint replaced with its modification time kept), an output is missing
-    or was changed by hand, or the stamp is missing or damaged (a step that was killed); it skips
-    it otherwise. Its outputs are written under temporaries of this process's, which the stamp
-    names while the step runs (so that a rerun after a kill removes them: they are the kit's by
-    its record), and renamed in once complete."""
+    named relative to ROOT where it lies inside (a copied folder names its own files), and, while
+    the step runs, the temporaries its outputs are written under. docs/recipes.md, "What a rerun
+    reuses, what it redoes", says when a rerun skips or redoes it."""
 
     def __init__(self, root, name: str, inputs=(), outputs=(), settings: Optional[Dict[str, str]] = None):
         if not outputs:
