@@ -45,13 +45,9 @@ PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules
 DEFAULT_RAW = Path("data/multi30k_raw")  # where the README unpacks Multi30k
 RAW_FILES = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")]
 
-SYSTEMS = {  # name in the table -> architecture
-    "transformer": "transformer",
-    "csan1d": "transformer_csan1d",
-    "csan2d": "transformer_csan2d",
-    "ctxaware": "transformer_ctxaware",
-    "csan2d_ctxaware": "transformer_csan2d_ctxaware",
-}
+# each system's name in the table -> its architecture
+SYSTEMS = {"transformer": "transformer", "csan1d": "transformer_csan1d", "csan2d": "transformer_csan2d",
+           "ctxaware": "transformer_ctxaware", "csan2d_ctxaware": "transformer_csan2d_ctxaware"}
 BASELINE = "transformer"
 CONTEXT_AWARE = ("ctxaware", "csan2d_ctxaware")
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`

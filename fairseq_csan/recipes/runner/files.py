@@ -25,28 +25,18 @@ from .failure import Refusal
 _TOKEN = secrets.token_hex(3)  # with the process's id, its mark on its temporaries (a forked child has its own id)
 
 
-def _real(path) -> Path:
-    """The absolute path with links resolved (a link to an input is that input)."""
-    return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
-
-
-def _overlap(output, input_) -> Optional[str]:
-    out, inp = _real(output), _real(input_)
-    if out == inp:
-        return "is"
-    if out in inp.parents:
-        return "holds"
-    if inp in out.parents:
-        return "lies inside"
-    return None
-
-
 def refuse_overlaps(outputs: Dict[str, object], inputs: Dict[str, object]) -> None:
-    """Refuse (one line) when an output is, holds or lies inside an input. The dicts map how the
-    user named each path (e.g. ``--out``) to the path; None values are left out."""
+    """Refuse (one line) when an output is, holds or lies inside an input, links resolved (a link
+    to an input is that input). The dicts map how the user named each path (e.g. ``--out``) to the
+    path; None values are left out."""
+    real = {path: Path(os.path.realpath(os.path.abspath(os.fspath(path))))
+            for path in (*outputs.values(), *inputs.values()) if path is not None}
     for out_name, out in outputs.items():
         for in_name, inp in inputs.items():
-            how = _overlap(out, inp) if out is not None and inp is not None else None
+            if out is None or inp is None:
+                continue
+            how = ("is" if real[out] == real[inp] else "holds" if real[out] in real[inp].parents
+                   else "lies inside" if real[inp] in real[out].parents else None)
             if how:
                 raise Refusal(f"{out_name} {out} {how} {in_name} {inp}, which this command reads; "
                               f"give {out_name} a place of its own")

@@ -279,9 +279,7 @@ def write_file(path, data, by: Optional[str] = None) -> None:
 
 def made_from(binary) -> Dict[str, str]:
     """The SHA-256 of each file of a task's binarised folder that a model is made from: the
-    dictionaries and the training and validation data (fairseq-preprocess's ``dict.*.txt`` and
-    ``train.*``/``valid.*`` ``.bin``/``.idx``). A run records it (RUN's ``made_from``), and so does
-    an evaluation for its average: a task prepared again no longer matches."""
+    dictionaries and the training and validation data (docs/recipes.md, "What a model is made from")."""
     found = {}
     for path in sorted(Path(binary).iterdir()):
         name = path.name
