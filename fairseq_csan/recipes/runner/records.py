@@ -444,20 +444,15 @@ class Step:
         _STAMP.write(self.folder, stamp, self.file)
 
     def make(self, action: Callable[[List[Path]], None], force: bool = False, what: str = "", short: str = "") -> bool:
-        """Unless the step is current, run ``action(its outputs' temporaries)`` (:meth:`run`) as
-        the running command's; True when it ran. The log line says why it ran, or that it was skipped."""
-        what = what or self.name
+        """Unless the step is current, remove its outputs (a file of the user's among them is refused
+        first), run ``action(the outputs' temporaries)`` and rename them in, recorded as the running
+        command's, with the new stamp; True when it ran. The log line says why it ran, or that it was skipped."""
+        what, by = what or self.name, _command_name()
         reason = self.stale(force)
         if reason is None:
             say(f"{short or what}: up to date; skipped")
             return False
         say(f"{what} ({'redone: ' if (self.folder / self.file).exists() else ''}{reason})")
-        self.run(action, _command_name())
-        return True
-
-    def run(self, action: Callable[[List[Path]], None], by: str) -> None:
-        """Remove the outputs (a file of the user's among them is refused first) and run ``action(the
-        outputs' temporaries)``; rename them in, recorded as ``by``'s, with the new stamp."""
         check_owned(self.outputs, by, None, f"step {self.name}'s output", redo=True)
         for leftover in (self._stamp() or {}).get("temporaries") or ():  # a run of this step killed: its own
             forget_written([self.root / leftover])
@@ -470,3 +465,4 @@ class Step:
                 raise Failed(f"step {self.name}: its command made no {missing[0]}")
         _record_written(self.outputs, by)
         self._write_stamp(by)
+        return True
