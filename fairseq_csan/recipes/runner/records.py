@@ -33,9 +33,6 @@ from .failure import Failed, Refusal, _command_name, say
 from .files import WriterLock, _files, _temporary, _writable, atomic, listing
 
 
-_EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
-
-
 class Damaged(Refusal):
     """A record that is not the JSON object of its kind: changed by hand, cut short, or of an
     earlier version of the kit; the message names the file and what to do."""
@@ -106,9 +103,9 @@ class Kind:
         except (ValueError, KeyError, TypeError) as error:
             raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
                           "hand or cut short: run the step that made it again") from None
-        if path.name == _EXPORT_FILE and (why := unsealed(folder, values)):  # a model folder's seal of itself
+        if path.name == EXPORT.file and (why := unsealed(folder, values)):  # a model folder's seal of itself
             raise Damaged(why)
-        if self.written and path.name not in (_WRITTEN_FILE, _EXPORT_FILE):
+        if self.written and path.name not in (_WRITTEN.file, EXPORT.file):
             _believed(path, data)
         return values
 
@@ -126,9 +123,8 @@ EVALUATION = Kind("evaluation", "evaluation.json", {
     "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
     "decoding": "text", "made_from": "json"}, earlier=("evaluation.env",))
 RESULTS = Kind("results", "results.json")  # score.py's figures (any fields; collect_results and the analyses read them)
-EXPORT = Kind("export", _EXPORT_FILE)  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
-_WRITTEN_FILE = ".written.json"
-_WRITTEN = Kind("written files", _WRITTEN_FILE, {"files": "json"})
+EXPORT = Kind("export", "export.json")  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
+_WRITTEN = Kind("written files", ".written.json", {"files": "json"})
 _STAMP = Kind("step stamp", "STEP.json", {"by": "text", "settings": "json", "inputs": "json", "outputs": "json",
                                           "temporaries": "list"})
 
@@ -179,7 +175,7 @@ def _believed(path: Path, data: bytes) -> None:
     Damaged, never believed."""
     entry = _written(path.parent).get(path.name)
     if not isinstance(entry, dict):
-        raise Damaged(f"{path} is not a record this kit wrote ({path.parent / _WRITTEN_FILE} does not name it): run the "
+        raise Damaged(f"{path} is not a record this kit wrote ({path.parent / _WRITTEN.file} does not name it): run the "
                       "step that made its folder again")
     if entry.get("sha256") != hashlib.sha256(data).hexdigest():
         raise Damaged(f"{path} changed since {entry.get('by', 'the kit')} wrote it (edited by hand?): put it back, or "
@@ -215,7 +211,7 @@ def theirs(paths: Iterable, by, changed: bool = False) -> List[Path]:
     did not write: no record names them as ``by``'s, or (``changed``) one does, but they changed since."""
     found, by = [], (by,) if isinstance(by, str) else tuple(by)
     for f in (f for path in paths for f in _files(path, links=True)):
-        if f.name == _WRITTEN_FILE or WriterLock.is_lock(f):
+        if f.name == _WRITTEN.file or WriterLock.is_lock(f):
             continue
         entry = _owner(f)
         if entry is None and _left_by_a_step(f):
@@ -271,7 +267,7 @@ def write_file(path, data, by: Optional[str] = None) -> None:
             data(part)
         else:
             part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-    if Path(path).name not in (_WRITTEN_FILE, _EXPORT_FILE):  # (the two records that no record names)
+    if Path(path).name not in (_WRITTEN.file, EXPORT.file):  # (the two records that no record names)
         _record_written([path], by or _command_name())
 
 
@@ -340,7 +336,7 @@ def _fingerprint(path: Path, known: Optional[dict] = None) -> dict:
     path = Path(path)
     if path.is_dir():
         h, known_files, files = hashlib.sha256(), (known or {}).get("files", {}), {}
-        for f in (f for f in _files(path) if f.name != _WRITTEN_FILE):
+        for f in (f for f in _files(path) if f.name != _WRITTEN.file):
             rel = f.relative_to(path).as_posix()
             files[rel] = _fingerprint(f, known_files.get(rel))
             h.update(f"{rel}\0{files[rel]['sha256']}\n".encode("utf-8"))
