@@ -13,10 +13,6 @@ bootstrap resampling against the baseline) and the analyses of fairseq_csan/reci
   OUT/analysis/                 n-gram gap, length buckets (all seeds pooled), gate weights
                                 (seed 1 of each context-aware system), window sweep
 
-usage: python -m fairseq_csan.recipes.multi30k [--out DIR] [--raw-dir DIR] [--seeds 1,2,3]
-           [--model tiny|small] [--max-update N] [--systems a,b] [--windows 3,7,11] [--heads 1,3] [--jobs N]
-           [--device cpu|cuda]
-
 Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
 one-thread runs train faster together than one two-thread run). A finished run (its
 evaluation's results.json, written last, says so) is kept when the command is run again, so more seeds or
@@ -49,13 +45,9 @@ PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules
 DEFAULT_RAW = Path("data/multi30k_raw")  # where the README unpacks Multi30k
 RAW_FILES = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")]
 
-SYSTEMS = {  # name in the table -> architecture
-    "transformer": "transformer",
-    "csan1d": "transformer_csan1d",
-    "csan2d": "transformer_csan2d",
-    "ctxaware": "transformer_ctxaware",
-    "csan2d_ctxaware": "transformer_csan2d_ctxaware",
-}
+# each system's name in the table -> its architecture
+SYSTEMS = {"transformer": "transformer", "csan1d": "transformer_csan1d", "csan2d": "transformer_csan2d",
+           "ctxaware": "transformer_ctxaware", "csan2d_ctxaware": "transformer_csan2d_ctxaware"}
 BASELINE = "transformer"
 CONTEXT_AWARE = ("ctxaware", "csan2d_ctxaware")
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default, so that one seed reproduces `sacrebleu --paired-bs`

@@ -9,11 +9,9 @@
 Each step's command is printed ("+ ...") and run; a rerun skips what is done and redoes what was
 made from changed inputs. How long it takes, and what it prints: docs/recipes.md (The quick start).
 
-examples/quickstart.sh is its door. Every setting (an option, else its environment variable, else
-its default: read in one place, :class:`Settings`) is checked before anything is written, a bad one
-refused in one line (exit 2). Each step then runs as a child process (runner.run_child), so it
-skips, redoes and refuses exactly as it does on its own; its output is shown as it comes (of the
-training's, its progress lines alone), and a step that fails ends the quick start (exit 1).
+examples/quickstart.sh is its door; docs/recipes.md, "The quick start in detail", says its settings
+(:class:`Settings`). Each step runs as a child process (runner.run_child), so it skips, redoes and
+refuses exactly as it does on its own.
 """
 
 from __future__ import annotations

@@ -3,10 +3,8 @@ each window size M, and 2D-CSAN (window fixed, 11 by default) for each number of
 trained with the training recipe (train.py) and scored on the dev set (evaluate.py). Plot it
 with ``python -m fairseq_csan.recipes.analysis.window_sweep --sweep OUT``.
 
-``scripts/sweep.sh`` is its door; ``python -m fairseq_csan.recipes.sweep`` is the same command.
-Every input is checked before any run folder is made (the training options by train.py's own
-planner, as a dry run), and each run folder has one writer: a second sweep of a run is refused
-at once, naming the first, while sweeps of other points may share the --out.
+``scripts/sweep.sh`` is its door. Each run folder has one writer (docs/recipes.md, "One writer per
+output"), so that sweeps of other points may share the --out.
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ It is the quick start's default corpus: real enough to need what a translation m
 (gender and case agreement of articles and adjectives, verb-final subordinate clauses, so
 words move locally), small enough to learn in minutes on a CPU. The layout is that of the
 shared corpora: train/val/test, one sentence per line, ``.en`` and ``.de``.
-
-usage: python -m fairseq_csan.recipes.toy_corpus OUT_DIR [--train 20000] [--valid 500] [--test 500] [--seed 1]
 """
 
 import random
@@ -117,11 +115,11 @@ def splits_of(args) -> dict:
 
 def main(argv=None):
     p = Parser(prog="python -m fairseq_csan.recipes.toy_corpus", description=__doc__.split("\n\n")[0])
-    p.add_argument("out_dir", type=Path)
-    p.add_argument("--train", type=positive, default=20000)
-    p.add_argument("--valid", type=positive, default=500)
-    p.add_argument("--test", type=positive, default=500)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("out_dir", type=Path, help="the folder of train, val and test .en and .de")
+    p.add_argument("--train", type=positive, default=20000, help="training pairs (default 20000)")
+    p.add_argument("--valid", type=positive, default=500, help="validation pairs (default 500)")
+    p.add_argument("--test", type=positive, default=500, help="test pairs (default 500)")
+    p.add_argument("--seed", type=int, default=1, help="the grammar's random seed (default 1)")
     args, _ = p.read(argv)
     splits = splits_of(args)
     files = {args.out_dir / f"{split}.{lang}": "".join(r[side] + "\n" for r in rows)

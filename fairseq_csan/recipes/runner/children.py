@@ -1,10 +1,7 @@
-"""Child processes and progress: every command the kit starts, and how far a long one is.
-
-:func:`run_child` runs a command to its end in a process group of its own, with SIGINT, SIGTERM and
-SIGHUP to the kit's process passed on to it (and the kit waiting for it), its output where asked,
-and a :class:`Progress` line now and then. It returns when the child succeeded; a child that failed
-raises :class:`~.failure.Failed` naming it, its exit status and its log, and one stopped by a
-signal passed on raises KeyboardInterrupt (exit status 130: :func:`~.failure.as_command`).
+"""Child processes and progress: every command the kit starts (:func:`run_child`), and how far a
+long one is (:class:`Progress`). docs/recipes.md says what a user meets of them: the signals passed
+on ("Training: scripts/train.sh", one training at a time) and how a failed child ends a command ("How
+every command ends").
 """
 
 import contextlib
@@ -182,7 +179,9 @@ def run_child(command: Sequence, log: Optional[Path] = None, *, append: bool = F
               env: Optional[dict] = None, cwd=None, hold=(), orphan: bool = False, group: bool = False,
               resend: bool = False, kill_after: Optional[float] = None, name: Optional[str] = None,
               record: bool = False) -> None:
-    """Run ``command`` to its end (the module's docstring).
+    """Run ``command`` to its end in a process group of its own, SIGINT, SIGTERM and SIGHUP to this
+    process passed on to it; return when it succeeded, else raise :class:`~.failure.Failed` naming
+    it, its exit status and its log, or KeyboardInterrupt where a signal passed on stopped it.
 
     - ``log``: the file its output goes to (``append``: added to its end), its errors too unless
       ``errors`` names another file (or is "stderr": this process's); without it, this process's

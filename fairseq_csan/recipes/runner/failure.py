@@ -1,17 +1,8 @@
 """The kit's one failure path and its one message printer.
 
 Every command runs as ``as_command(main)``: ``main(argv)`` parses, plans and runs, and raises
-to end otherwise than done. Its exit status says how it ended, the same for every command:
-
-  0    done
-  2    refused before anything was written (:class:`Refusal`: a bad option or input, a user's
-       file in the way, a damaged record); one line says why and what to do
-  1    a step or child failed (:class:`Failed`), or the machine did (an OSError: a full disk, a
-       file-size limit), one line naming it and where to look
-  130  interrupted (Ctrl-C, or a SIGTERM or SIGHUP passed on to the child that was running)
-
-A command may end with another status where it says so (gpu_check.sh stops within its budget
-with 3).
+to end otherwise than done: :class:`Refusal` (exit status 2), :class:`Failed` or an OSError (1),
+KeyboardInterrupt (130); docs/recipes.md, "How every command ends", says what each means.
 """
 
 import errno

@@ -1,18 +1,9 @@
-"""Files and locks: where a command may write, one writer per output, and writing whole.
+"""Files and locks: where a command may write, one writer per output, and writing whole
+(:func:`refuse_overlaps`, :class:`WriterLock`, :func:`atomic`, :func:`replace_folder`, :func:`save_torch`).
 
-- **Overlaps** (:func:`refuse_overlaps`): an output that is, holds or lies inside an input,
-  through links too, is refused before any work.
-- **One writer per output** (:class:`WriterLock`): ``fcntl.flock`` on ``FOLDER/.lock`` for an
-  output folder, ``FOLDER/.PART.lock`` for one part of it that another process writes at the same
-  time (the machines of a multi-node training), ``.NAME.lock`` beside an output file. A second
-  writer is refused in one line naming the holder (pid, host, command, start). A holder removes
-  the file when it ends; the kernel frees the lock of a killed one; a child given the lock
-  (:func:`~.children.run_child`'s ``hold``) keeps it held while it runs.
-- **Whole files and folders** (:func:`atomic`, :func:`replace_folder`, :func:`save_torch`): each
-  output is written under a temporary name of this process's own (``.NAME.PID-TOKEN.tmp``: no
-  other process, and no file of the user's, has such a name), flushed to the disk and renamed
-  over the output, so that a reader, a kill or a power cut sees the old content or the new, never a
-  part. What the kit wrote is recorded by the records' owner (records.py: :func:`~.records.write_file`).
+docs/recipes.md, "What each command owns, reuses and redoes", says what a user meets of each: the
+lock files and their holder line, the temporaries (``.NAME.PID-TOKEN.tmp``: this process's own) and
+what a kill leaves. What the kit wrote is recorded by records.py.
 """
 
 import atexit
@@ -34,28 +25,18 @@ from .failure import Refusal
 _TOKEN = secrets.token_hex(3)  # with the process's id, its mark on its temporaries (a forked child has its own id)
 
 
-def _real(path) -> Path:
-    """The absolute path with links resolved (a link to an input is that input)."""
-    return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
-
-
-def _overlap(output, input_) -> Optional[str]:
-    out, inp = _real(output), _real(input_)
-    if out == inp:
-        return "is"
-    if out in inp.parents:
-        return "holds"
-    if inp in out.parents:
-        return "lies inside"
-    return None
-
-
 def refuse_overlaps(outputs: Dict[str, object], inputs: Dict[str, object]) -> None:
-    """Refuse (one line) when an output is, holds or lies inside an input. The dicts map how the
-    user named each path (e.g. ``--out``) to the path; None values are left out."""
+    """Refuse (one line) when an output is, holds or lies inside an input, links resolved (a link
+    to an input is that input). The dicts map how the user named each path (e.g. ``--out``) to the
+    path; None values are left out."""
+    real = {path: Path(os.path.realpath(os.path.abspath(os.fspath(path))))
+            for path in (*outputs.values(), *inputs.values()) if path is not None}
     for out_name, out in outputs.items():
         for in_name, inp in inputs.items():
-            how = _overlap(out, inp) if out is not None and inp is not None else None
+            if out is None or inp is None:
+                continue
+            how = ("is" if real[out] == real[inp] else "holds" if real[out] in real[inp].parents
+                   else "lies inside" if real[inp] in real[out].parents else None)
             if how:
                 raise Refusal(f"{out_name} {out} {how} {in_name} {inp}, which this command reads; "
                               f"give {out_name} a place of its own")

@@ -14,15 +14,9 @@ nowhere else. The kinds:
     (written)     .written.json        here         what the kit wrote in a folder: each file's name
                                                     (relative to the folder), SHA-256 and command
 
-A record is a JSON object of its kind's fields, each of the field's type, written atomically.
-Reading one fails closed: a record that is not what the kit writes, or that its folder's
-``.written.json`` does not name with its SHA-256 (copied in alone, or edited by hand), raises
-:class:`Damaged`, in one line naming the file; a folder that an earlier version of the kit made (a ``KEY=VALUE`` file
-such as recipe.env, and no record) is refused, never read.
-
-**What the kit wrote** (:func:`write_file`, :func:`check_owned`): every file a command writes
-whole is recorded, with its SHA-256 and the command, in its folder's ``.written.json``; a file
-there that no record names, or one changed since, is the user's, and no command replaces it.
+docs/recipes.md, "What each command owns, reuses and redoes", says how each is written and read
+("What it owns", "Fail closed"): atomically; a record its folder's ``.written.json`` does not name
+with its SHA-256, or that is not what the kit writes, is :class:`Damaged`, never believed.
 """
 
 import contextlib
@@ -37,9 +31,6 @@ from typing import Callable, Dict, Iterable, List, Optional
 from ...model_folder import sha256, unsealed  # the one file hash (fairseq is not imported)
 from .failure import Failed, Refusal, _command_name, say
 from .files import WriterLock, _files, _temporary, _writable, atomic, listing
-
-
-_EXPORT_FILE = "export.json"  # a model folder's seal: each file's SHA-256, and its own (model_folder.unsealed)
 
 
 class Damaged(Refusal):
@@ -112,9 +103,9 @@ class Kind:
         except (ValueError, KeyError, TypeError) as error:
             raise Damaged(f"{path} is not a {self.name} record as this kit writes it ({error}); it was changed by "
                           "hand or cut short: run the step that made it again") from None
-        if path.name == _EXPORT_FILE and (why := unsealed(folder, values)):  # a model folder's seal of itself
+        if path.name == EXPORT.file and (why := unsealed(folder, values)):  # a model folder's seal of itself
             raise Damaged(why)
-        if self.written and path.name not in (_WRITTEN_FILE, _EXPORT_FILE):
+        if self.written and path.name not in (_WRITTEN.file, EXPORT.file):
             _believed(path, data)
         return values
 
@@ -132,9 +123,8 @@ EVALUATION = Kind("evaluation", "evaluation.json", {
     "checkpoints": "list", "averaged": "flag", "subset": "text", "beam": "int", "lenpen": "float", "batch_size": "int",
     "decoding": "text", "made_from": "json"}, earlier=("evaluation.env",))
 RESULTS = Kind("results", "results.json")  # score.py's figures (any fields; collect_results and the analyses read them)
-EXPORT = Kind("export", _EXPORT_FILE)  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
-_WRITTEN_FILE = ".written.json"
-_WRITTEN = Kind("written files", _WRITTEN_FILE, {"files": "json"})
+EXPORT = Kind("export", "export.json")  # a model folder's seal (export.py; model_folder.py checks it for fairseq)
+_WRITTEN = Kind("written files", ".written.json", {"files": "json"})
 _STAMP = Kind("step stamp", "STEP.json", {"by": "text", "settings": "json", "inputs": "json", "outputs": "json",
                                           "temporaries": "list"})
 
@@ -185,7 +175,7 @@ def _believed(path: Path, data: bytes) -> None:
     Damaged, never believed."""
     entry = _written(path.parent).get(path.name)
     if not isinstance(entry, dict):
-        raise Damaged(f"{path} is not a record this kit wrote ({path.parent / _WRITTEN_FILE} does not name it): run the "
+        raise Damaged(f"{path} is not a record this kit wrote ({path.parent / _WRITTEN.file} does not name it): run the "
                       "step that made its folder again")
     if entry.get("sha256") != hashlib.sha256(data).hexdigest():
         raise Damaged(f"{path} changed since {entry.get('by', 'the kit')} wrote it (edited by hand?): put it back, or "
@@ -221,7 +211,7 @@ def theirs(paths: Iterable, by, changed: bool = False) -> List[Path]:
     did not write: no record names them as ``by``'s, or (``changed``) one does, but they changed since."""
     found, by = [], (by,) if isinstance(by, str) else tuple(by)
     for f in (f for path in paths for f in _files(path, links=True)):
-        if f.name == _WRITTEN_FILE or WriterLock.is_lock(f):
+        if f.name == _WRITTEN.file or WriterLock.is_lock(f):
             continue
         entry = _owner(f)
         if entry is None and _left_by_a_step(f):
@@ -277,7 +267,7 @@ def write_file(path, data, by: Optional[str] = None) -> None:
             data(part)
         else:
             part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-    if Path(path).name not in (_WRITTEN_FILE, _EXPORT_FILE):  # (the two records that no record names)
+    if Path(path).name not in (_WRITTEN.file, EXPORT.file):  # (the two records that no record names)
         _record_written([path], by or _command_name())
 
 
@@ -285,9 +275,7 @@ def write_file(path, data, by: Optional[str] = None) -> None:
 
 def made_from(binary) -> Dict[str, str]:
     """The SHA-256 of each file of a task's binarised folder that a model is made from: the
-    dictionaries and the training and validation data (fairseq-preprocess's ``dict.*.txt`` and
-    ``train.*``/``valid.*`` ``.bin``/``.idx``). A run records it (RUN's ``made_from``), and so does
-    an evaluation for its average: a task prepared again no longer matches."""
+    dictionaries and the training and validation data (docs/recipes.md, "What a model is made from")."""
     found = {}
     for path in sorted(Path(binary).iterdir()):
         name = path.name
@@ -348,7 +336,7 @@ def _fingerprint(path: Path, known: Optional[dict] = None) -> dict:
     path = Path(path)
     if path.is_dir():
         h, known_files, files = hashlib.sha256(), (known or {}).get("files", {}), {}
-        for f in (f for f in _files(path) if f.name != _WRITTEN_FILE):
+        for f in (f for f in _files(path) if f.name != _WRITTEN.file):
             rel = f.relative_to(path).as_posix()
             files[rel] = _fingerprint(f, known_files.get(rel))
             h.update(f"{rel}\0{files[rel]['sha256']}\n".encode("utf-8"))
@@ -390,13 +378,9 @@ class Step:
     """One step of a command (tokenising a file, learning BPE, averaging checkpoints, decoding a
     test set, ...): its input and output paths and settings. Its stamp, ``ROOT/.steps/NAME.json``,
     holds the command that ran it, the settings, and a _fingerprint of every input and output, each
-    named relative to ROOT where it lies inside (a copied folder names its own files). A rerun
-    redoes a step, and says why, when its settings differ, an input's content changed (a corpus
-    edited in place, a checkpoint replaced with its modification time kept), an output is missing
-    or was changed by hand, or the stamp is missing or damaged (a step that was killed); it skips
-    it otherwise. Its outputs are written under temporaries of this process's, which the stamp
-    names while the step runs (so that a rerun after a kill removes them: they are the kit's by
-    its record), and renamed in once complete."""
+    named relative to ROOT where it lies inside (a copied folder names its own files), and, while
+    the step runs, the temporaries its outputs are written under. docs/recipes.md, "What a rerun
+    reuses, what it redoes", says when a rerun skips or redoes it."""
 
     def __init__(self, root, name: str, inputs=(), outputs=(), settings: Optional[Dict[str, str]] = None):
         if not outputs:
@@ -456,20 +440,15 @@ class Step:
         _STAMP.write(self.folder, stamp, self.file)
 
     def make(self, action: Callable[[List[Path]], None], force: bool = False, what: str = "", short: str = "") -> bool:
-        """Unless the step is current, run ``action(its outputs' temporaries)`` (:meth:`run`) as
-        the running command's; True when it ran. The log line says why it ran, or that it was skipped."""
-        what = what or self.name
+        """Unless the step is current, remove its outputs (a file of the user's among them is refused
+        first), run ``action(the outputs' temporaries)`` and rename them in, recorded as the running
+        command's, with the new stamp; True when it ran. The log line says why it ran, or that it was skipped."""
+        what, by = what or self.name, _command_name()
         reason = self.stale(force)
         if reason is None:
             say(f"{short or what}: up to date; skipped")
             return False
         say(f"{what} ({'redone: ' if (self.folder / self.file).exists() else ''}{reason})")
-        self.run(action, _command_name())
-        return True
-
-    def run(self, action: Callable[[List[Path]], None], by: str) -> None:
-        """Remove the outputs (a file of the user's among them is refused first) and run ``action(the
-        outputs' temporaries)``; rename them in, recorded as ``by``'s, with the new stamp."""
         check_owned(self.outputs, by, None, f"step {self.name}'s output", redo=True)
         for leftover in (self._stamp() or {}).get("temporaries") or ():  # a run of this step killed: its own
             forget_written([self.root / leftover])
@@ -482,3 +461,4 @@ class Step:
                 raise Failed(f"step {self.name}: its command made no {missing[0]}")
         _record_written(self.outputs, by)
         self._write_stamp(by)
+        return True
