@@ -209,15 +209,16 @@ POINTER = re.compile(r"""((?:docs|examples/\w+)/[\w.-]+\.md)(?:'s)?(?:(?:,\s+|\s
 
 
 def sections(page: Path):
-    """The headings of ``page`` (outside its code blocks) and the bold names its list items start with."""
+    """The headings of ``page`` (outside its code blocks) and the bold names its paragraphs and list
+    items start with."""
     text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
     return [*(m.group(1) for m in re.finditer(r"^#+\s+(.+)$", text, flags=re.M)),
-            *(m.group(1) for m in re.finditer(r"^\s*[-*]\s+\*\*(.+?)\*\*", text, flags=re.M))]
+            *(m.group(1) for m in re.finditer(r"^\s*(?:[-*]\s+)?\*\*(.+?)\*\*", text, flags=re.M))]
 
 
 def test_every_docs_section_the_code_points_to_exists():
     """A docstring or message that sends a reader to a docs page names a page that exists, and a
-    section of it (quoted) that is the start of one of its headings or of a list item's bold name."""
+    section of it (quoted) that is the start of one of its headings or bold paragraph names."""
     checked, wrong = 0, []
     for source in sorted([*(REPO / "fairseq_csan").rglob("*.py"), *(REPO / "scripts").glob("*.sh")]):
         text = " ".join(source.read_text(encoding="utf-8").replace('"""', "").split())
