@@ -1,49 +1,7 @@
 """Training or decoding throughput of each architecture against the Transformer, side by side.
 
-Not a test. Every architecture runs the very same batches, in rounds: each round runs one
-batch through every model in a rotating order and then in the reverse order (A B C C B A), so
-that drift in the machine's speed hits all of them alike. The ratio of an architecture in a
-round is its throughput over the baseline's in that round; the table reports the median over
-rounds and their range.
-
---mode train (default): forward + backward of the cross-entropy loss (no optimizer step) on
-batches of at most --max-tokens tokens; throughput in target tokens/s.
---mode decode: fairseq's beam search (SequenceGenerator, --beam 4, --lenpen 0.6, the papers'
-setting) in eval mode over batches of --batch-size source sentences; throughput in
-sentences/s. The weights are untrained, so the end of sentence is banned until the batch's
-longest source length and forced there: every model decodes the same number of steps.
-Their batches: sentence pairs whose lengths are the word counts of real newstest2014 En-De
-pairs (newstest2014_lengths.tsv, shipped; --lengths-from PREFIX: those of a PREFIX.en/.de pair
-of files), sorted by length and cut as fairseq batches them; token ids are random.
-
-On Linux the command re-executes itself with glibc's malloc told to keep freed memory
-(MALLOC_TUNING): otherwise a base model's every step page-faults its activations in again, a
-third of the step on a 2-core machine and most of the noise. --no-malloc-tuning turns it off.
-
---mode long: long inputs (docs/long_inputs.md). For each of --lengths T (256 .. 8192), batches
-of --tokens tokens (B = tokens / T sentences of T tokens, no padding), base dimensions, random
-token ids, side by side in one process in rounds as above:
-  1. the attention alone (the CSAN sub-layer without its four projections, window 11, area 3
-     heads x 11 tokens), forward + backward, on the dense and on the banded path, 1D and 2D;
-  2. the peak memory of that attention, each path in a fresh process (peak resident set size
-     over the process's size before the forward pass, on Linux; on a GPU, in this process, the
-     peak of torch.cuda.max_memory_allocated over what was allocated before);
-  3. the encoder's forward + backward throughput of transformer_csan1d/csan2d (automatic path)
-     with --csan-layers 3 and 6, against transformer's;
-  4. the whole model's training step (forward + backward, targets as long as the sources) of
-     transformer_csan1d/csan2d at --csan-layers 3 against transformer's.
-A dense attention whose scores would take more than --dense-limit-gb is not run (the table
-says so). --parts takes only some of the four; warm-up rounds run at the first length only
-(on a GPU at every length: a new shape's first call allocates memory).
-
---mode crossover: part 1 at each of --lengths (32 .. 512), with --warmup rounds at every length,
-and the crossover of each CSAN: the shortest measured length from which the banded path's median
-speed-up is above 1 there and at every longer one, beside the plugin's BANDED_FROM.
-
---device cuda and --precision fp16 / bf16 (docs/speed.md, "On a GPU"): each timed call between
-two torch.cuda.synchronize(); in --mode train and decode each model first runs each round's batch
-once, untimed (a GPU pays once for each new tensor shape); the model cast to that type as
-fairseq's --fp16 / --bf16 do.
+docs/speed.md, "How the benchmark measures", says how: the rounds, each --mode, the batches, the
+GPU's precisions and the malloc tuning.
 """
 
 import argparse
