@@ -1,14 +1,7 @@
 """Evaluate a trained model as the papers do (scripts/evaluate.sh runs this; docs/recipes.md).
 
-Three steps: average the last N checkpoints (5 for base runs, 20 for big ones, as Vaswani et
-al. 2017), decode the test set with the papers' settings (decoding.py) through
-fairseq-generate, and score: tokenised BLEU (and compound-split BLEU for En-De), sacreBLEU and
-chrF with their signatures, decoding speed, and with --baseline the paired bootstrap.
-
-The average and the decoding are steps (the runner's step stamps): each records the content hashes
-of what it was made from (the checkpoints, the prepared test set and dictionaries) and is redone,
-saying why, when any of it changed. The scores are computed on every run. An --out that holds the
-evaluation of other checkpoint files or other settings is refused unless --force.
+docs/recipes.md, "Evaluation: scripts/evaluate.sh", says what each step does, and "What a rerun
+reuses, what it redoes" when each is redone and which --out is refused.
 """
 
 from __future__ import annotations

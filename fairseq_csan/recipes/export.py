@@ -1,7 +1,5 @@
 """Export a trained model as a fairseq model folder that translates raw text on its own.
 
-usage: python -m fairseq_csan.recipes.export --data TASKDIR --checkpoint CKPT --out FOLDER [--force]
-
 FOLDER gets what fairseq's published translation models hold: model.pt (the weights, without
 the optimizer state), dict.SRC.txt and dict.TGT.txt, and bpecodes. The checkpoint's
 configuration names the recipe's tokenisation (``--tokenizer csan_recipe``,
@@ -178,7 +176,7 @@ def main(argv=None):
     p.add_argument("--data", required=True, type=Path, help="the prepared task folder the model was trained on")
     p.add_argument("--checkpoint", required=True, type=Path,
                    help="the checkpoint: evaluate.sh's averaged.pt, or checkpoint_best.pt")
-    p.add_argument("--out", required=True, type=Path, help="the model folder to write")
+    p.add_argument("--out", required=True, type=Path, metavar="FOLDER", help="the model folder to write")
     p.add_argument("--force", action="store_true", help="replace an existing, different model folder that export wrote")
     p.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     args, _ = p.read(argv)

@@ -2,10 +2,8 @@
 writes there (``--force`` removes that, and nothing else: :func:`start_over`), and its
 checkpoints as fairseq-train leaves them, read once and mended.
 
-fairseq copies checkpoint_last.pt and checkpoint_best.pt from the interval checkpoint without a
-temporary name, so a kill during the copy leaves them cut short. :func:`repair_checkpoints` makes
-checkpoint_last.pt the newest intact checkpoint (and checkpoint_best.pt intact), atomically and
-with a message, before a resume (train.py).
+:func:`repair_checkpoints` mends them before a resume (train.py): docs/recipes.md, "Training:
+scripts/train.sh" (resume), says why and how.
 """
 
 import re

@@ -1,29 +1,8 @@
 """Scores of one evaluated system, as the papers report them (step 3 of evaluate.py).
 
-:func:`score` reads fairseq-generate's output and writes into the evaluation's folder:
-  hyp.tok      hypotheses in corpus order, BPE removed: the pipeline's tokenisation
-  hyp.detok    the same, detokenised in the target language (text.make_detokenizer)
-  results.json every figure below (runner.RESULTS), and results.md for people
-and prints them. The figures:
-  bleu_tok       case-sensitive 4-gram BLEU of hyp.tok against the tokenised reference,
-                 with no further tokenisation (what multi-bleu.perl computes; the papers' BLEU)
-  bleu_compound  (En-De) the same after splitting hyphenated compounds,
-                 "a-b" -> "a ##AT##-##AT## b" on both sides, the customary WMT14 En-De number
-  sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature; its
-                 tokeniser is the one sacreBLEU's documentation prescribes for the target
-                 language (SACREBLEU_TOKENIZE: zh, ja-mecab; 13a for every other); for a task of
-                 text tokenised by its makers (pretokenized) hyp.detok is hyp.tok and the
-                 tokeniser is none: tokens against the references' own tokens
-  chrf           sacreBLEU's chrF (chrF2: character 6-grams, beta 2) of hyp.detok against the
-                 raw reference, with its signature
-  decode         from fairseq-generate's own timing line (its log)
-  train          the mean of the 'ups' column of the training log's train_inner lines, and the
-                 trained parameter count fairseq logged at the start of training
-  bootstrap      against a baseline's evaluation: sacreBLEU's paired bootstrap resampling
-                 (``PairedTest``, as ``sacrebleu --paired-bs``: the same resampling and seed) of
-                 bleu_tok against the baseline's hyp.tok, its p-value and the mark: ⇑ / ↑ better
-                 at p < 0.01 / 0.05, ⇓ / ↓ worse, none otherwise (Koehn 2004; the CSAN paper's
-                 Table 2 marks); and the same test of chrF on hyp.detok against the baseline's
+:func:`score` reads fairseq-generate's output and writes hyp.tok (BPE removed), hyp.detok
+(text.make_detokenizer), results.json (runner.RESULTS) and results.md into the evaluation's folder.
+docs/recipes.md, "Evaluation: scripts/evaluate.sh", step 3, says what each figure is and its key.
 """
 
 import re
