@@ -1,10 +1,6 @@
 """Collect evaluated runs into a markdown table shaped like the papers' Table 2.
 
-Each folder given is an --out of scripts/evaluate.sh (it holds results.json). Rows are systems
-(by --name, in the order first given), column groups are tasks (in the order first given),
-each with the parameter count, the training speed in steps/s and the BLEU with its
-significance mark against the baseline given to evaluate.sh (⇑/↑: better at p < 0.01/0.05;
-⇓/↓: worse). A run missing for a task shows "-".
+docs/recipes.md, "Evaluation: scripts/evaluate.sh", says what the table holds (its last paragraph).
 """
 
 from pathlib import Path

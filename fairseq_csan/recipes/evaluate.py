@@ -29,9 +29,8 @@ def parse(argv=None):
     p.add_argument("--data", type=Path, required=True, metavar="DIR", help="the folder made by examples/*/prepare.sh")
     p.add_argument("--checkpoints", type=Path, metavar="DIR", help="the --save-dir of scripts/train.sh")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="where the outputs go (evaluation.json, averaged.pt, generate.txt, generate.log, hyp.tok, "
-                        "hyp.detok, results.json, results.md); a rerun keeps the average and the decoding while "
-                        "what they were made from is unchanged, and scores again")
+                   help=f"where the outputs go ({', '.join([EVALUATION.file, *OUTPUTS])}); a rerun keeps the average "
+                        "and the decoding while what they were made from is unchanged, and scores again")
     p.add_argument("--last", type=positive, metavar="N",
                    help="average the N newest interval checkpoints (default 5 for base runs, 20 for big ones)")
     p.add_argument("--checkpoint", type=Path, metavar="FILE",

@@ -12,7 +12,7 @@ from typing import Optional
 from sacrebleu.metrics import BLEU, CHRF
 
 from .runner import RESULTS, Failed, Refusal, write_file
-from .text import make_detokenizer, read_lines  # the recipes' one reader of text, one detokeniser
+from .text import base_language, make_detokenizer, read_lines  # the recipes' one reader of text, one detokeniser
 
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s")
 UPS = re.compile(r"\| train_inner \|.*?\bups=(\d+(?:\.\d+)?)")
@@ -59,7 +59,7 @@ def train_speed(train_log: Optional[Path]):
 
 def sacrebleu_tokenize(lang: str) -> str:
     """sacreBLEU's tokeniser for a target language; ja-mecab needs mecab-python3 and ipadic."""
-    name = SACREBLEU_TOKENIZE.get(lang.split("_")[0], "13a")  # zh_CN: zh
+    name = SACREBLEU_TOKENIZE.get(base_language(lang), "13a")
     if name == "ja-mecab":
         try:
             __import__("MeCab")
@@ -87,10 +87,8 @@ def mark(delta: float, p_value: float) -> str:
 
 
 def paired_bootstrap(metric, refs, baseline, system, samples: int) -> dict:
-    """sacreBLEU's paired bootstrap resampling (``PairedTest``, what ``sacrebleu --paired-bs`` runs:
-    the same resampling and seed) of ``metric`` (a sacreBLEU metric) of ``system`` against
-    ``baseline`` (lists of lines) on ``refs``: both scores, the system's p-value, its mean and
-    95% interval over the resamples, and the mark."""
+    """sacreBLEU's paired bootstrap (``PairedTest``, as ``sacrebleu --paired-bs``) of ``metric`` of ``system``
+    against ``baseline`` (lists of lines) on ``refs``: both scores, the p-value, mean, 95% interval and mark."""
     from sacrebleu.significance import PairedTest
 
     test = PairedTest([("baseline", baseline), ("system", system)], {"metric": metric}, [refs], test_type="bs",
@@ -154,7 +152,7 @@ def score(out: Path, generated: Path, decode_log: Path, ref_tok: Path, ref_raw: 
         "sacrebleu_text": str(sacre_score), "chrf": chrf_score.score, "chrf_signature": str(chrf.get_signature()),
         "chrf_text": str(chrf_score), "decode": decode_speed(decode_log), "train": train_speed(train_log),
         "bootstrap": None, "mark": ""}
-    if lang.split("_")[0] == "de":  # de, de_AT: the customary En-De number
+    if base_language(lang) == "de":  # the customary En-De number
         results["bleu_compound"] = tokenised_bleu([split_compounds(h) for h in hyps], [split_compounds(r) for r in refs_tok])
     if baseline is not None:
         results["bootstrap"] = _bootstrap(baseline, subset, results["test_set"], hyps, detoks, refs_tok, refs_raw,
