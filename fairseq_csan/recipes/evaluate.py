@@ -1,7 +1,7 @@
 """Evaluate a trained model as the papers do (scripts/evaluate.sh runs this; docs/recipes.md).
 
-docs/recipes.md, "Evaluation: scripts/evaluate.sh", says what each step does, and "What a rerun
-reuses, what it redoes" when each is redone and which --out is refused.
+docs/recipes.md, "Evaluation: scripts/evaluate.sh", says what each step does, and "What each
+command owns, reuses and redoes" when each is redone and which --out is refused.
 """
 
 from __future__ import annotations

@@ -57,9 +57,8 @@ LANGUAGES = ("source_lang", "target_lang")
 
 
 def load_state(checkpoint: Path, overrides: dict) -> dict:
-    """fairseq's loading of ``checkpoint`` with ``overrides`` (by name, in every group of its cfg).
-    Languages among them that the checkpoint names otherwise (its own task cfg) are refused: it was
-    trained on another pair than the task's."""
+    """fairseq's loading of ``checkpoint`` with ``overrides`` (by name, in every group of its cfg); a checkpoint
+    whose own task cfg names other languages than they do is refused."""
     from .. import register
 
     register()  # our architectures, the tokenizer, the loading fixes
@@ -142,12 +141,9 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False, uncheck
 
 
 def write_model_folder(out: Path, fill, force: bool, by: str) -> str:
-    """The model folder ``out``, written whole (runner.replace_folder) under its lock (``.OUT.lock``
-    beside it): ``fill(folder)`` writes its files and returns what export.json says of them, to
-    which the seal adds ``by``, each file's SHA-256 and its own (``sealed``): the one place export.json
-    is written. 'written', 'replaced' or 'unchanged'. An ``out`` holding a file that export or convert did not
-    write (its export.json's record), or one changed since, is refused; one holding another model
-    is replaced only with ``force``."""
+    """The model folder ``out``, written whole (runner.replace_folder) under its lock: ``fill(folder)`` writes its
+    files and returns what export.json says of them, to which the seal adds ``by``, each file's SHA-256 and its own
+    (``sealed``): the one place export.json is written. 'written', 'replaced' or 'unchanged'."""
     from fairseq_csan.model_folder import seal_of, sha256
 
     if out.exists() and not out.is_dir():
@@ -219,10 +215,8 @@ def check_sealed(folder: Path, unchecked: bool) -> None:
 
 
 def folder_model(folder: Path, unchecked: bool = False) -> dict:
-    """What a model folder's checkpoint says of its model: its architecture, languages, the
-    flags of its shape and variant (flag -> value, as fairseq-train takes them), its dictionaries'
-    files and the checkpoint's SHA-256. A damaged folder (export's seal) or one without model.pt
-    and its dictionaries is refused, naming the file."""
+    """What a model folder's checkpoint says of its model (the flags of its shape and variant: flag -> value, as
+    fairseq-train takes them); a damaged folder, or one without model.pt and its dictionaries, is refused."""
     from fairseq_csan.model_folder import sha256
 
     checkpoint = folder / "model.pt"
