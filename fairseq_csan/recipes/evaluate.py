@@ -85,7 +85,7 @@ def model_settings(checkpoint: Path, task: PreparedTask, unchecked: bool) -> dic
     state = load_state(checkpoint, {"source_lang": task.src, "target_lang": task.tgt})  # (its own pair is checked)
     check_dictionaries(state, task, checkpoint, unchecked)  # fairseq-generate would stop with a size mismatch deep in its log
     cfg = state["cfg"]["model"]
-    return dict(cfg) if isinstance(cfg, dict) else dict(vars(cfg)) if not hasattr(cfg, "items") else dict(cfg.items())
+    return dict(cfg.items()) if hasattr(cfg, "items") else dict(vars(cfg))
 
 
 def check_inputs(args, task: PreparedTask) -> dict:
