@@ -249,9 +249,8 @@ def parse(argv):
 
     register()  # the variants' flags
     actions = variant_flags()
-    group = p.add_argument_group("variant flags", "the architecture's own settings, checked as fairseq-train checks them")
     for action in actions:
-        group._add_action(action)
+        p._add_action(action)
     args, rest = p.parse_known_args(argv)
     if rest:
         raise Refusal(f"{rest[0]} is not a flag of convert: the model's sizes come from its checkpoint, and the flags "
