@@ -184,9 +184,8 @@ def claim(args, chosen: dict) -> None:
                           "--force to redo it, or another --out")
         forget_written([out / name for name in OUTPUTS])
     EVALUATION.write(out, identity)
-    # results.json is written last (step 3): while it is there, this evaluation finished, and a
-    # command that keeps finished evaluations (the Multi30k reproduction) never keeps one cut short
-    forget_written([RESULTS.path(out), out / "results.md"])  # (an evaluation that fails leaves no scores of an earlier one)
+    # results.json, written last, says an evaluation finished (the Multi30k reproduction keeps only those)
+    forget_written([RESULTS.path(out), out / "results.md"])  # so a failed one leaves no scores of an earlier one
 
 
 def decode(command, gen: Path, log: Path, total: int, every: int, threads=None) -> None:

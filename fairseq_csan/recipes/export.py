@@ -35,6 +35,7 @@ from .task import PreparedTask
 TOKENIZER = "csan_recipe"
 BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model", "merges.txt", "vocab.json")  # as from_pretrained finds them
 MAKERS = ("export", "convert")  # the commands that write model folders
+LANGUAGES = ("source_lang", "target_lang")
 
 
 def encoders_of(task: PreparedTask):
@@ -51,9 +52,6 @@ def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int
     return {"data": data, "source_lang": task.src, "target_lang": task.tgt,
             "tokenizer": tokenizer, "pretokenized": bool(task.pretokenized), "bpe": bpe, "bpe_codes": bpe_codes,
             **decoding.generation_overrides(), "batch_size": batch_size, "max_tokens": None}
-
-
-LANGUAGES = ("source_lang", "target_lang")
 
 
 def load_state(checkpoint: Path, overrides: dict) -> dict:
