@@ -322,7 +322,7 @@ def test_no_refused_command_changes_a_file_it_did_not_write(tree):
          f"--output {newest[1]} is input 2 {newest[1]}"),
         # a translation into the model folder
         (recipe_main("translate", "--model", model, "--input", task / "raw/test.en", "--output", model / "model.pt",
-                     "--force", "--cpu"), f"--output {model / 'model.pt'} is or lies inside --model {model}"),
+                     "--force", "--cpu"), f"--output {model / 'model.pt'} lies inside --model {model}"),
     ]
     for done, message in cases:
         assert done.returncode != 0 and message in done.stderr, (message, done.stderr[-2000:])

@@ -1,20 +1,9 @@
 """Average the weights of several fairseq checkpoints into one (fairseq's own
 ``scripts/average_checkpoints.py`` is not in its pip package).
 
-Every floating-point tensor of the models' state dicts is averaged (accumulated in float64,
-stored in its own dtype); other tensors (integer buffers) must be equal in every checkpoint.
-The result keeps the newest checkpoint's configuration and training state, without its
-optimizer state, which averaged weights do not match; fairseq-generate, fairseq-interactive
-and the hub interface load it as any checkpoint.
-
-usage: python -m fairseq_csan.recipes.average_checkpoints --inputs A.pt B.pt ... --output avg.pt
-       python -m fairseq_csan.recipes.average_checkpoints --dir CHECKPOINTS --last N --output avg.pt
-       python -m fairseq_csan.recipes.average_checkpoints --dir CHECKPOINTS --last N --list   (which ones)
-
-With --dir/--last, the N newest numbered checkpoints are taken: checkpoint_E_U.pt (saved
-every --save-interval-updates) when the folder has any, else checkpointE.pt (one per epoch).
-An existing --output is replaced only with --force, and only where average_checkpoints wrote it
-(the record of what the kit wrote in its folder says so): a file of anyone else's is never replaced.
+docs/recipes.md, "Using it with fairseq", says which checkpoints --dir/--last takes and what the
+average keeps. The sum is taken in float64 and stored in each tensor's own dtype; other tensors
+(integer buffers) must be equal in every checkpoint.
 """
 
 import argparse

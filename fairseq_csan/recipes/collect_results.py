@@ -1,13 +1,6 @@
 """Collect evaluated runs into a markdown table shaped like the papers' Table 2.
 
-usage: python -m fairseq_csan.recipes.collect_results EVAL_DIR [EVAL_DIR ...] [--metric bleu_tok]
-                                         [--output table.md] [--force]
-
-Each EVAL_DIR is an --out of scripts/evaluate.sh (it holds results.json). Rows are systems
-(by --name, in the order first given), column groups are tasks (in the order first given),
-each with the parameter count, the training speed in steps/s and the BLEU with its
-significance mark against the baseline given to evaluate.sh (⇑/↑: better at p < 0.01/0.05;
-⇓/↓: worse). A run missing for a task shows "-".
+docs/recipes.md, "Evaluation: scripts/evaluate.sh", says what the table holds (its last paragraph).
 """
 
 from pathlib import Path

@@ -1,9 +1,6 @@
 """Convert a trained fairseq Transformer model folder into a model folder of one of the plugin's
 architectures, to fine-tune it instead of training from scratch.
 
-usage: python -m fairseq_csan.recipes.convert --model SRC --arch ARCH [VARIANT FLAGS] --out DST
-           [--checkpoint model.pt] [--tokenizer NAME] [--bpe NAME] [--seed 1] [--force]
-
 SRC is a model folder of fairseq's own Transformer: one that export wrote, or one of fairseq's
 published translation models (transformer.wmt16.en-de, transformer.wmt14.en-fr,
 transformer.wmt19.de-en: give --checkpoint model1.pt where it holds an ensemble). Every size
@@ -227,9 +224,10 @@ def convert(source: Path, arch: str, flags: dict, out: Path, checkpoint_name: st
 def parser() -> Parser:
     p = Parser(prog="python -m fairseq_csan.recipes.convert", description=__doc__.split("\n\n")[0],
                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--model", required=True, type=Path, help="the Transformer's model folder (model.pt, dict.*.txt, bpecodes)")
+    p.add_argument("--model", required=True, type=Path, metavar="SRC",
+                   help="the Transformer's model folder (model.pt, dict.*.txt, bpecodes)")
     p.add_argument("--arch", required=True, help="the architecture to convert to, e.g. transformer_csan2d")
-    p.add_argument("--out", required=True, type=Path, help="the model folder to write")
+    p.add_argument("--out", required=True, type=Path, metavar="DST", help="the model folder to write")
     p.add_argument("--checkpoint", default="model.pt", help="the checkpoint file inside --model (default: model.pt)")
     p.add_argument("--tokenizer", help="the tokenizer the model was trained with (fairseq's name: moses, ...), where "
                    "its checkpoint names none, as fairseq's published models; kept for translate.py, the hub and "
@@ -251,9 +249,8 @@ def parse(argv):
 
     register()  # the variants' flags
     actions = variant_flags()
-    group = p.add_argument_group("variant flags", "the architecture's own settings, checked as fairseq-train checks them")
     for action in actions:
-        group._add_action(action)
+        p._add_action(action)
     args, rest = p.parse_known_args(argv)
     if rest:
         raise Refusal(f"{rest[0]} is not a flag of convert: the model's sizes come from its checkpoint, and the flags "

@@ -1,17 +1,9 @@
 """The papers' decoding settings, and the threads of decoding on the CPU: their one owner.
 
 Both papers decode with beam size 4 and length penalty 0.6 (Vaswani et al. 2017, section 6.1,
-whose setup they follow), outputs at most 50 tokens longer than the input (fairseq's
-``--max-len-a 1 --max-len-b 50``). evaluate.sh, translate.py and the exported model folders
-(export.py) take them from here.
-
-On the CPU, a batch of one sentence decodes as fast with one thread as with all cores on a quiet
-machine, and several times faster with one where other work shares the cores (its small
-products only make idle threads wait); a batch of 16 or more decodes 1.2 to 1.4 times faster with
-all cores on a quiet machine (docs/speed.md, "Threads"). So translate.py, evaluate.sh
-and the hub's ``translate()`` of an exported folder take one thread for a batch of one sentence
-and torch's own number (all cores) for larger batches, unless told: ``--threads N``, or
-``OMP_NUM_THREADS`` in the environment, which torch reads and the kit leaves as it is.
+whose setup they follow), outputs at most 50 tokens longer than the input. docs/speed.md,
+"Threads", says why decoding on the CPU takes one thread for a batch of one sentence and all cores
+for larger ones.
 """
 
 import os

@@ -1,14 +1,7 @@
 """Evaluate a trained model as the papers do (scripts/evaluate.sh runs this; docs/recipes.md).
 
-Three steps: average the last N checkpoints (5 for base runs, 20 for big ones, as Vaswani et
-al. 2017), decode the test set with the papers' settings (decoding.py) through
-fairseq-generate, and score: tokenised BLEU (and compound-split BLEU for En-De), sacreBLEU and
-chrF with their signatures, decoding speed, and with --baseline the paired bootstrap.
-
-The average and the decoding are steps (the runner's step stamps): each records the content hashes
-of what it was made from (the checkpoints, the prepared test set and dictionaries) and is redone,
-saying why, when any of it changed. The scores are computed on every run. An --out that holds the
-evaluation of other checkpoint files or other settings is refused unless --force.
+docs/recipes.md, "Evaluation: scripts/evaluate.sh", says what each step does, and "What each
+command owns, reuses and redoes" when each is redone and which --out is refused.
 """
 
 from __future__ import annotations
@@ -36,9 +29,8 @@ def parse(argv=None):
     p.add_argument("--data", type=Path, required=True, metavar="DIR", help="the folder made by examples/*/prepare.sh")
     p.add_argument("--checkpoints", type=Path, metavar="DIR", help="the --save-dir of scripts/train.sh")
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="where the outputs go (evaluation.json, averaged.pt, generate.txt, generate.log, hyp.tok, "
-                        "hyp.detok, results.json, results.md); a rerun keeps the average and the decoding while "
-                        "what they were made from is unchanged, and scores again")
+                   help=f"where the outputs go ({', '.join([EVALUATION.file, *OUTPUTS])}); a rerun keeps the average "
+                        "and the decoding while what they were made from is unchanged, and scores again")
     p.add_argument("--last", type=positive, metavar="N",
                    help="average the N newest interval checkpoints (default 5 for base runs, 20 for big ones)")
     p.add_argument("--checkpoint", type=Path, metavar="FILE",
@@ -93,7 +85,7 @@ def model_settings(checkpoint: Path, task: PreparedTask, unchecked: bool) -> dic
     state = load_state(checkpoint, {"source_lang": task.src, "target_lang": task.tgt})  # (its own pair is checked)
     check_dictionaries(state, task, checkpoint, unchecked)  # fairseq-generate would stop with a size mismatch deep in its log
     cfg = state["cfg"]["model"]
-    return dict(cfg) if isinstance(cfg, dict) else dict(vars(cfg)) if not hasattr(cfg, "items") else dict(cfg.items())
+    return dict(cfg.items()) if hasattr(cfg, "items") else dict(vars(cfg))
 
 
 def check_inputs(args, task: PreparedTask) -> dict:
@@ -192,9 +184,8 @@ def claim(args, chosen: dict) -> None:
                           "--force to redo it, or another --out")
         forget_written([out / name for name in OUTPUTS])
     EVALUATION.write(out, identity)
-    # results.json is written last (step 3): while it is there, this evaluation finished, and a
-    # command that keeps finished evaluations (the Multi30k reproduction) never keeps one cut short
-    forget_written([RESULTS.path(out), out / "results.md"])  # (an evaluation that fails leaves no scores of an earlier one)
+    # results.json, written last, says an evaluation finished (the Multi30k reproduction keeps only those)
+    forget_written([RESULTS.path(out), out / "results.md"])  # so a failed one leaves no scores of an earlier one
 
 
 def decode(command, gen: Path, log: Path, total: int, every: int, threads=None) -> None:

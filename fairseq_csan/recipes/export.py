@@ -1,7 +1,5 @@
 """Export a trained model as a fairseq model folder that translates raw text on its own.
 
-usage: python -m fairseq_csan.recipes.export --data TASKDIR --checkpoint CKPT --out FOLDER [--force]
-
 FOLDER gets what fairseq's published translation models hold: model.pt (the weights, without
 the optimizer state), dict.SRC.txt and dict.TGT.txt, and bpecodes. The checkpoint's
 configuration names the recipe's tokenisation (``--tokenizer csan_recipe``,
@@ -37,6 +35,7 @@ from .task import PreparedTask
 TOKENIZER = "csan_recipe"
 BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model", "merges.txt", "vocab.json")  # as from_pretrained finds them
 MAKERS = ("export", "convert")  # the commands that write model folders
+LANGUAGES = ("source_lang", "target_lang")
 
 
 def encoders_of(task: PreparedTask):
@@ -55,13 +54,9 @@ def hub_overrides(task: PreparedTask, data: str, bpe_codes: str, batch_size: int
             **decoding.generation_overrides(), "batch_size": batch_size, "max_tokens": None}
 
 
-LANGUAGES = ("source_lang", "target_lang")
-
-
 def load_state(checkpoint: Path, overrides: dict) -> dict:
-    """fairseq's loading of ``checkpoint`` with ``overrides`` (by name, in every group of its cfg).
-    Languages among them that the checkpoint names otherwise (its own task cfg) are refused: it was
-    trained on another pair than the task's."""
+    """fairseq's loading of ``checkpoint`` with ``overrides`` (by name, in every group of its cfg); a checkpoint
+    whose own task cfg names other languages than they do is refused."""
     from .. import register
 
     register()  # our architectures, the tokenizer, the loading fixes
@@ -144,12 +139,9 @@ def export(data: Path, checkpoint: Path, out: Path, force: bool = False, uncheck
 
 
 def write_model_folder(out: Path, fill, force: bool, by: str) -> str:
-    """The model folder ``out``, written whole (runner.replace_folder) under its lock (``.OUT.lock``
-    beside it): ``fill(folder)`` writes its files and returns what export.json says of them, to
-    which the seal adds ``by``, each file's SHA-256 and its own (``sealed``): the one place export.json
-    is written. 'written', 'replaced' or 'unchanged'. An ``out`` holding a file that export or convert did not
-    write (its export.json's record), or one changed since, is refused; one holding another model
-    is replaced only with ``force``."""
+    """The model folder ``out``, written whole (runner.replace_folder) under its lock: ``fill(folder)`` writes its
+    files and returns what export.json says of them, to which the seal adds ``by``, each file's SHA-256 and its own
+    (``sealed``): the one place export.json is written. 'written', 'replaced' or 'unchanged'."""
     from fairseq_csan.model_folder import seal_of, sha256
 
     if out.exists() and not out.is_dir():
@@ -178,7 +170,7 @@ def main(argv=None):
     p.add_argument("--data", required=True, type=Path, help="the prepared task folder the model was trained on")
     p.add_argument("--checkpoint", required=True, type=Path,
                    help="the checkpoint: evaluate.sh's averaged.pt, or checkpoint_best.pt")
-    p.add_argument("--out", required=True, type=Path, help="the model folder to write")
+    p.add_argument("--out", required=True, type=Path, metavar="FOLDER", help="the model folder to write")
     p.add_argument("--force", action="store_true", help="replace an existing, different model folder that export wrote")
     p.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     args, _ = p.read(argv)
@@ -221,10 +213,8 @@ def check_sealed(folder: Path, unchecked: bool) -> None:
 
 
 def folder_model(folder: Path, unchecked: bool = False) -> dict:
-    """What a model folder's checkpoint says of its model: its architecture, languages, the
-    flags of its shape and variant (flag -> value, as fairseq-train takes them), its dictionaries'
-    files and the checkpoint's SHA-256. A damaged folder (export's seal) or one without model.pt
-    and its dictionaries is refused, naming the file."""
+    """What a model folder's checkpoint says of its model (the flags of its shape and variant: flag -> value, as
+    fairseq-train takes them); a damaged folder, or one without model.pt and its dictionaries, is refused."""
     from fairseq_csan.model_folder import sha256
 
     checkpoint = folder / "model.pt"

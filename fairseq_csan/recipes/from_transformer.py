@@ -17,19 +17,12 @@ import sys
 from pathlib import Path
 from typing import List
 
-from .command_line import Parser, items
+from .command_line import Parser, at_least, items
 from .runner import Refusal, as_command, run_child, say, shell_words
 
 PYTHON = [sys.executable, "-m"]  # the kit's commands, as this package's modules (scripts/*.sh run the same)
 SPLITS = ("train", "val", "test_2016_flickr")  # Multi30k's raw files, as the README unpacks them
 CONVERSIONS = ("transformer_csan1d", "transformer_csan2d", "transformer_ctxaware")
-
-
-def at_least_16(text: str) -> int:
-    if not text.isdigit() or int(text) < 16:
-        raise argparse.ArgumentTypeError(f"--updates {text}: a whole number of at least 16 (each run saves 8 "
-                                         "checkpoints and evaluate averages the last 5)")
-    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,7 +34,9 @@ def parser() -> argparse.ArgumentParser:
                    help="Multi30k's raw files, train/val/test_2016_flickr.{en,de} (default: %(default)s)")
     p.add_argument("--work", type=Path, default=Path("runs/convert"), metavar="DIR",
                    help="where everything goes (default: %(default)s); a rerun skips what is done")
-    p.add_argument("--updates", type=at_least_16, default=200, metavar="N", help="fine-tuning updates of each run (default: 200)")
+    p.add_argument("--updates", type=at_least(16, int), default=200, metavar="N",
+                   help="fine-tuning updates of each run (default: 200; at least 16: each run saves 8 checkpoints and "
+                        "evaluate averages the last 5)")
     p.add_argument("--seeds", type=items(int), default=[1, 2, 3], metavar='"1 2 3"', help='the seeds (default: "1 2 3")')
     p.add_argument("--archs", type=items(), default=list(CONVERSIONS), metavar='"ARCH ..."',
                    help=f"the conversions (default: \"{' '.join(CONVERSIONS)}\"); the Transformer itself is always "

@@ -2,12 +2,11 @@
 writes there (``--force`` removes that, and nothing else: :func:`start_over`), and its
 checkpoints as fairseq-train leaves them, read once and mended.
 
-fairseq copies checkpoint_last.pt and checkpoint_best.pt from the interval checkpoint without a
-temporary name, so a kill during the copy leaves them cut short. :func:`repair_checkpoints` makes
-checkpoint_last.pt the newest intact checkpoint (and checkpoint_best.pt intact), atomically and
-with a message, before a resume (train.py).
+:func:`repair_checkpoints` mends them before a resume (train.py): docs/recipes.md, "Training:
+scripts/train.sh" (resume), says why and how.
 """
 
+import functools
 import re
 import shutil
 import zipfile
@@ -18,20 +17,17 @@ from .average_checkpoints import listed, model_config, updates_of
 from .runner import RUN, Damaged, Refusal, WriterLock, atomic, listing, made_from, say
 from .runner.records import changed_since
 
-_READ = {}  # (path, inode, size, mtime) -> the state read_checkpoint found: a resume reads each file once
-
 
 def read_checkpoint(path: Path) -> dict:
     """A fairseq checkpoint's state; its tensors are mapped, not read, where torch can (>= 2.1).
-    A file cut short (a kill while it was copied) has no zip directory at its end: Damaged."""
+    A file cut short (a kill while it was copied) has no zip directory at its end: Damaged. A resume
+    reads each file once (while its inode, size and modification time are the same)."""
     info = Path(path).stat()
-    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
-    if key not in _READ:
-        _READ[key] = _read_checkpoint(path)
-    return _READ[key]
+    return _read_checkpoint(Path(path), info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def _read_checkpoint(path: Path) -> dict:
+@functools.lru_cache(maxsize=None)
+def _read_checkpoint(path: Path, *_identity) -> dict:
     import torch
 
     try:

@@ -1,29 +1,8 @@
 """Scores of one evaluated system, as the papers report them (step 3 of evaluate.py).
 
-:func:`score` reads fairseq-generate's output and writes into the evaluation's folder:
-  hyp.tok      hypotheses in corpus order, BPE removed: the pipeline's tokenisation
-  hyp.detok    the same, detokenised in the target language (text.make_detokenizer)
-  results.json every figure below (runner.RESULTS), and results.md for people
-and prints them. The figures:
-  bleu_tok       case-sensitive 4-gram BLEU of hyp.tok against the tokenised reference,
-                 with no further tokenisation (what multi-bleu.perl computes; the papers' BLEU)
-  bleu_compound  (En-De) the same after splitting hyphenated compounds,
-                 "a-b" -> "a ##AT##-##AT## b" on both sides, the customary WMT14 En-De number
-  sacrebleu      sacreBLEU of hyp.detok against the raw reference, with its signature; its
-                 tokeniser is the one sacreBLEU's documentation prescribes for the target
-                 language (SACREBLEU_TOKENIZE: zh, ja-mecab; 13a for every other); for a task of
-                 text tokenised by its makers (pretokenized) hyp.detok is hyp.tok and the
-                 tokeniser is none: tokens against the references' own tokens
-  chrf           sacreBLEU's chrF (chrF2: character 6-grams, beta 2) of hyp.detok against the
-                 raw reference, with its signature
-  decode         from fairseq-generate's own timing line (its log)
-  train          the mean of the 'ups' column of the training log's train_inner lines, and the
-                 trained parameter count fairseq logged at the start of training
-  bootstrap      against a baseline's evaluation: sacreBLEU's paired bootstrap resampling
-                 (``PairedTest``, as ``sacrebleu --paired-bs``: the same resampling and seed) of
-                 bleu_tok against the baseline's hyp.tok, its p-value and the mark: ⇑ / ↑ better
-                 at p < 0.01 / 0.05, ⇓ / ↓ worse, none otherwise (Koehn 2004; the CSAN paper's
-                 Table 2 marks); and the same test of chrF on hyp.detok against the baseline's
+:func:`score` reads fairseq-generate's output and writes hyp.tok (BPE removed), hyp.detok
+(text.make_detokenizer), results.json (runner.RESULTS) and results.md into the evaluation's folder.
+docs/recipes.md, "Evaluation: scripts/evaluate.sh", step 3, says what each figure is and its key.
 """
 
 import re
@@ -33,7 +12,7 @@ from typing import Optional
 from sacrebleu.metrics import BLEU, CHRF
 
 from .runner import RESULTS, Failed, Refusal, write_file
-from .text import make_detokenizer, read_lines  # the recipes' one reader of text, one detokeniser
+from .text import base_language, make_detokenizer, read_lines  # the recipes' one reader of text, one detokeniser
 
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s")
 UPS = re.compile(r"\| train_inner \|.*?\bups=(\d+(?:\.\d+)?)")
@@ -80,7 +59,7 @@ def train_speed(train_log: Optional[Path]):
 
 def sacrebleu_tokenize(lang: str) -> str:
     """sacreBLEU's tokeniser for a target language; ja-mecab needs mecab-python3 and ipadic."""
-    name = SACREBLEU_TOKENIZE.get(lang.split("_")[0], "13a")  # zh_CN: zh
+    name = SACREBLEU_TOKENIZE.get(base_language(lang), "13a")
     if name == "ja-mecab":
         try:
             __import__("MeCab")
@@ -108,10 +87,8 @@ def mark(delta: float, p_value: float) -> str:
 
 
 def paired_bootstrap(metric, refs, baseline, system, samples: int) -> dict:
-    """sacreBLEU's paired bootstrap resampling (``PairedTest``, what ``sacrebleu --paired-bs`` runs:
-    the same resampling and seed) of ``metric`` (a sacreBLEU metric) of ``system`` against
-    ``baseline`` (lists of lines) on ``refs``: both scores, the system's p-value, its mean and
-    95% interval over the resamples, and the mark."""
+    """sacreBLEU's paired bootstrap (``PairedTest``, as ``sacrebleu --paired-bs``) of ``metric`` of ``system``
+    against ``baseline`` (lists of lines) on ``refs``: both scores, the p-value, mean, 95% interval and mark."""
     from sacrebleu.significance import PairedTest
 
     test = PairedTest([("baseline", baseline), ("system", system)], {"metric": metric}, [refs], test_type="bs",
@@ -175,7 +152,7 @@ def score(out: Path, generated: Path, decode_log: Path, ref_tok: Path, ref_raw: 
         "sacrebleu_text": str(sacre_score), "chrf": chrf_score.score, "chrf_signature": str(chrf.get_signature()),
         "chrf_text": str(chrf_score), "decode": decode_speed(decode_log), "train": train_speed(train_log),
         "bootstrap": None, "mark": ""}
-    if lang.split("_")[0] == "de":  # de, de_AT: the customary En-De number
+    if base_language(lang) == "de":  # the customary En-De number
         results["bleu_compound"] = tokenised_bleu([split_compounds(h) for h in hyps], [split_compounds(r) for r in refs_tok])
     if baseline is not None:
         results["bootstrap"] = _bootstrap(baseline, subset, results["test_set"], hyps, detoks, refs_tok, refs_raw,

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from . import decoding
 from .command_line import UNCHECKED, Parser, positive
-from .runner import EXPORT, Refusal, WriterLock, as_command, check_owned, say, write_file
+from .runner import EXPORT, Refusal, WriterLock, as_command, check_owned, refuse_overlaps, say, write_file
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
 
@@ -213,12 +213,7 @@ def plan(args) -> dict:
     for what, path in outputs.items():
         if not stdin and (path.resolve() == args.input.resolve() or (path.exists() and os.path.samefile(path, args.input))):
             raise Refusal(f"{what} {path} is the input --input {args.input}; give another --output")  # --force or not
-    for source, flag in ((args.model, "--model"), (args.checkpoint, "--checkpoint")):
-        if source is not None and (output.resolve() == source.resolve() or source.resolve() in output.resolve().parents):
-            raise Refusal(f"--output {output} is or lies inside {flag} {source}; give an --output elsewhere")
-    if args.data and args.data.resolve() in output.resolve().parents:
-        raise Refusal(f"--output {output} is inside --data {args.data}, which holds the recipe's files (its references "
-                      "among them); give an --output elsewhere")
+    refuse_overlaps({"--output": output}, {"--model": args.model, "--checkpoint": args.checkpoint, "--data": args.data})
     check_owned(outputs.values(), "translate", args.force, "--output", writable=True)
     from .text import read_lines
 
