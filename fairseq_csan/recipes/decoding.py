@@ -28,6 +28,22 @@ def generation_overrides(beam: int = BEAM, lenpen: float = LENPEN) -> dict:
     return {"beam": beam, "lenpen": lenpen, "max_len_a": MAX_LEN_A, "max_len_b": MAX_LEN_B}
 
 
+def add_options(p) -> None:
+    """The decoding options of evaluate.sh and translate.py, declared once, with these defaults."""
+    from .command_line import positive
+
+    p.add_argument("--beam", type=positive, default=BEAM, metavar="N", help=f"beam size (default {BEAM})")
+    p.add_argument("--lenpen", type=float, default=LENPEN, metavar="X", help=f"length penalty (default {LENPEN})")
+    p.add_argument("--batch-size", type=positive, default=BATCH_SIZE, metavar="N",
+                   help=f"sentences per batch (default {BATCH_SIZE})")
+    p.add_argument("--cpu", action="store_true",
+                   help="decode on the CPU even where there is a GPU (default: the GPU when torch sees one)")
+    p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU; not with --cpu)")
+    p.add_argument("--threads", type=positive, metavar="N",
+                   help="CPU threads (default: 1 for a batch of one sentence, else all cores; OMP_NUM_THREADS "
+                        "where set): docs/speed.md, 'Threads'")
+
+
 def cpu_threads(sentences_a_batch: int, given: Optional[int] = None) -> Optional[int]:
     """The threads for decoding batches of ``sentences_a_batch`` sentences on the CPU: ``given``
     (--threads N) where given; None (torch's own number) where OMP_NUM_THREADS is set, or for a

@@ -42,21 +42,12 @@ def parse(argv=None):
     p.add_argument("--subset", default="test", metavar="SPLIT",
                    help="the split to translate: test (default), valid, or test1, test2, ... where the task was "
                         "prepared with more than one --test")
-    p.add_argument("--beam", type=positive, default=decoding.BEAM, metavar="N", help=f"beam size (default {decoding.BEAM})")
-    p.add_argument("--lenpen", type=float, default=decoding.LENPEN, metavar="X",
-                   help=f"length penalty (default {decoding.LENPEN})")
-    p.add_argument("--batch-size", type=positive, default=decoding.BATCH_SIZE, metavar="N",
-                   help=f"sentences per batch (default {decoding.BATCH_SIZE})")
+    decoding.add_options(p)
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="the --out of the baseline's evaluation: adds paired bootstrap resampling")
     p.add_argument("--bootstrap-samples", type=positive, metavar="N",
                    help="resamples for the bootstrap, with --baseline (default 1000)")
     p.add_argument("--name", help="the system's name in tables (default: its architecture)")
-    p.add_argument("--cpu", action="store_true", help="decode on the CPU")
-    p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
-    p.add_argument("--threads", type=positive, metavar="N",
-                   help="CPU threads of fairseq-generate (default: 1 with --batch-size 1, else all cores; "
-                        "OMP_NUM_THREADS where set): docs/speed.md, 'Threads'")
     p.add_argument("--progress-every", type=positive, default=30, metavar="S",
                    help="while decoding, report the sentences done every S seconds (default 30)")
     p.add_argument("--force", action="store_true",

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from . import decoding
-from .command_line import UNCHECKED, Parser, positive
+from .command_line import UNCHECKED, Parser
 from .runner import EXPORT, Refusal, WriterLock, as_command, check_owned, refuse_overlaps, say, write_file
 
 BUFFER_BATCHES = 8  # batches decoded between two progress reports
@@ -162,16 +162,7 @@ def parse(argv):
                    help="raw text in the source language, one sentence a line ('-': standard input)")
     p.add_argument(UNCHECKED[0], action="store_true", help=UNCHECKED[1])
     p.add_argument("--output", type=Path, help="translations (default: INPUT with the target language's suffix)")
-    p.add_argument("--beam", type=positive, default=decoding.BEAM, help=f"beam size (default {decoding.BEAM})")
-    p.add_argument("--lenpen", type=float, default=decoding.LENPEN, help=f"length penalty (default {decoding.LENPEN})")
-    p.add_argument("--batch-size", type=positive, default=decoding.BATCH_SIZE,
-                   help=f"sentences per batch (default {decoding.BATCH_SIZE}, as evaluate.sh)")
-    p.add_argument("--cpu", action="store_true",
-                   help="decode on the CPU even where there is a GPU (default: the GPU when torch sees one)")
-    p.add_argument("--fp16", action="store_true", help="decode in fp16 (GPU)")
-    p.add_argument("--threads", type=positive, metavar="N",
-                   help="CPU threads (default: 1 for a batch of one sentence, else all cores; OMP_NUM_THREADS "
-                        "where set): docs/speed.md, 'Threads'")
+    decoding.add_options(p)
     p.add_argument("--force", action="store_true",
                    help="replace an --output that translate wrote before (a file of anyone else's is never replaced)")
     p.add_argument("--progress-every", type=float, default=30.0, metavar="S",
