@@ -99,7 +99,7 @@ def test_seed_pooled_bootstrap_against_a_brute_force_reference():
     (["--systems", "transformer,csan2d,transformer"], "--systems: lists transformer more than once"),
     (["--windows", "3,4"], "each item must be a positive odd number, got '4'"),
     (["--heads", "5"], "--heads: each item must be one of 1, 3, got '5'"),
-    (["--seeds", ""], "--systems and --seeds: give at least one of each"),
+    (["--seeds", ""], "--seeds: needs at least one"),
     (["--seeds", "1,x"], "comma-separated whole numbers"),
     (["--max-update", "0"], "--max-update must be a whole number of 1 or more"),
 ])

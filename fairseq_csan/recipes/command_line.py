@@ -115,11 +115,13 @@ def language(text: str) -> str:
     return text
 
 
-def items(kind: Callable = str, allowed=None, odd: bool = False):
+def items(kind: Callable = str, allowed=None, odd: bool = False, empty: bool = True):
     """A list given as one word, its items apart by commas or spaces (``1,2,3``, ``"1 2 3"``; ``""``
-    for none), each of ``kind`` (and among ``allowed``, odd), none twice."""
+    for none, unless not ``empty``), each of ``kind`` (and among ``allowed``, odd), none twice."""
     def parse(text: str) -> list:
         words = text.replace(",", " ").split()
+        if not words and not empty:
+            raise argparse.ArgumentTypeError("needs at least one" + (f" of {', '.join(allowed)}" if allowed else ""))
         try:
             values = [kind(word) for word in words]
         except ValueError:

@@ -5,7 +5,6 @@ each step checks and writes, how a stopped run goes on where it stopped (OUT/.st
 --budget-minutes and --rehearse do.
 """
 
-import argparse
 import itertools
 import os
 import sys
@@ -50,24 +49,14 @@ class Step:
         return "python -m " + shell_words(self.argv)
 
 
-def listed(allowed):
-    """A comma-separated list of ``allowed`` names, at least one, none twice."""
-    def parse(text):
-        found = items(str, allowed=allowed)(text)
-        if not found:
-            raise argparse.ArgumentTypeError(f"needs at least one of {', '.join(allowed)}")
-        return found
-    return parse
-
-
 def parse(argv=None):
     p = Parser(prog="scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="logs, tables, the Multi30k runs and what each finished step was (default runs/gpu_check, "
                         "runs/gpu_rehearsal with --rehearse; relative to where it is called)")
-    p.add_argument("--only", type=listed(STEPS), default=list(STEPS), metavar="LIST",
+    p.add_argument("--only", type=items(str, allowed=STEPS, empty=False), default=list(STEPS), metavar="LIST",
                    help="the steps to run, comma-separated (default: tests,benchmark,multi30k)")
-    p.add_argument("--precisions", type=listed(PRECISIONS), metavar="LIST",
+    p.add_argument("--precisions", type=items(str, allowed=PRECISIONS, empty=False), metavar="LIST",
                    help="the benchmark's precisions, comma-separated (default fp32,fp16,bf16)")
     p.add_argument("--lengths-from", type=Path, metavar="PREFIX",
                    help="the benchmark's sentence lengths from an .en/.de pair (default: newstest2014's, shipped)")
@@ -82,7 +71,7 @@ def parse(argv=None):
                    help="seeds 1..N of each system, one piece (step) each (default 3)")
     p.add_argument("--multi30k-jobs", type=positive, metavar="N",
                    help="Multi30k runs sharing the device at once (default 4; 2 with --rehearse)")
-    p.add_argument("--multi30k-systems", type=listed(tuple(SYSTEMS)), metavar="LIST",
+    p.add_argument("--multi30k-systems", type=items(str, allowed=tuple(SYSTEMS), empty=False), metavar="LIST",
                    help="the Multi30k systems, comma-separated (multi30k.py --systems; default: all of them)")
     p.add_argument("--budget-minutes", type=positive, metavar="N",
                    help="start no step that would end after N minutes: stop between steps (exit status 3); run the "

@@ -388,13 +388,14 @@ def parse(argv=None):
     p.add_argument("--raw-dir", type=Path, help="the raw Multi30k files (default: $MULTI30K, else data/multi30k_raw, "
                    "where the README unpacks them)")
     p.add_argument("--merges", type=positive, default=8000, help="BPE merges (default 8000)")
-    p.add_argument("--seeds", type=items(int), default=[1, 2, 3], help="seeds, comma-separated (default 1,2,3)")
+    p.add_argument("--seeds", type=items(int, empty=False), default=[1, 2, 3],
+                   help="seeds, comma-separated (default 1,2,3)")
     p.add_argument("--model", choices=list(MODELS), default="tiny", help="the model size: tiny (default; 64-dim, "
                    "1024-token batches, for the CPU) or small (128-dim, dropout 0.3, 4096-token batches, for a GPU); "
                    "examples/multi30k/README.md")
     p.add_argument("--max-update", type=positive, help="training updates per run, the same for every system (default: "
                    "the model's, " + ", ".join(f"{m['max_update']} for {name}" for name, m in MODELS.items()) + ")")
-    p.add_argument("--systems", type=items(str, allowed=tuple(SYSTEMS)), default=list(SYSTEMS),
+    p.add_argument("--systems", type=items(str, allowed=tuple(SYSTEMS), empty=False), default=list(SYSTEMS),
                    help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all)")
     p.add_argument("--windows", type=items(int, odd=True), default=[3, 7, 11],
                    help="1D-CSAN window sizes of the sweep (default 3,7,11; '' for none)")
@@ -406,8 +407,6 @@ def parse(argv=None):
                    help="train on the CPU (default; tiny runs) or on one GPU in fp16, the runs sharing it")
     args, _ = p.read(argv)
     args.max_update = args.max_update or MODELS[args.model]["max_update"]
-    if not args.systems or not args.seeds:
-        raise Refusal("--systems and --seeds: give at least one of each")
     return args
 
 
