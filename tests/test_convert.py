@@ -179,9 +179,10 @@ def test_the_multi30k_example_plans_the_three_commands_and_refuses_bad_options(t
     from fairseq_csan.recipes import from_transformer
 
     raw, model, work = tmp_path / "raw", tmp_path / "model", tmp_path / "work"
-    for split in from_transformer.SPLITS:
-        for lang in ("en", "de"):
-            write(raw / f"{split}.{lang}", ["a b c"])
+    from fairseq_csan.recipes.corpora import preset_raw
+
+    for name in preset_raw("multi30k_en_de", raw)[1]:
+        write(raw / name, ["a b c"])
     write(model / "model.pt", ["not read by the plan"])
     base = ["--model", model, "--raw-dir", raw, "--work", work, "--dry-run"]
 

@@ -2,6 +2,7 @@
 to gather them (step 1 of prepare.py: :func:`locate_split`, then :func:`write_split`).
 """
 
+import os
 import re
 import tarfile
 import urllib.request
@@ -138,6 +139,14 @@ TASKS = {
 
 for _name, _task in TASKS.items():
     _task.name = _name
+
+
+def preset_raw(task_name: str, given=None):
+    """Where a preset's raw files are (``given``: --raw-dir; else its environment variable's folder;
+    else its default) and the files it reads there (each corpus's first layout)."""
+    spec = TASKS[task_name]
+    folder = Path(given or os.environ.get(spec.raw_env) or spec.default_raw)
+    return folder, [name for split in spec.splits.values() for corpus in split for name in corpus.layouts[0].values()]
 
 
 def files_task(src: str, tgt: str, train: str, valid: str, tests: List[str]) -> Task:

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import List
 
 from .command_line import Parser, at_least, items
+from .corpora import TASKS, preset_raw
 from .runner import Refusal, as_command, run_child, say, shell_words
 
 PYTHON = [sys.executable, "-m"]  # the kit's commands, as this package's modules (scripts/*.sh run the same)
-SPLITS = ("train", "val", "test_2016_flickr")  # Multi30k's raw files, as the README unpacks them
 CONVERSIONS = ("transformer_csan1d", "transformer_csan2d", "transformer_ctxaware")
 
 
@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", type=Path, required=True, metavar="FOLDER",
                    help="the Transformer's model folder: the quick start's (WORK/model_transformer of "
                         "ARCH=transformer bash examples/quickstart.sh, on Multi30k) or any en-de one")
-    p.add_argument("--raw-dir", type=Path, default=Path("data/multi30k_raw"), metavar="DIR",
+    p.add_argument("--raw-dir", type=Path, default=Path(TASKS["multi30k_en_de"].default_raw), metavar="DIR",
                    help="Multi30k's raw files, train/val/test_2016_flickr.{en,de} (default: %(default)s)")
     p.add_argument("--work", type=Path, default=Path("runs/convert"), metavar="DIR",
                    help="where everything goes (default: %(default)s); a rerun skips what is done")
@@ -86,7 +86,7 @@ def main(argv=None) -> None:
                       "only")
     if not (o.model / "model.pt").is_file():
         raise Refusal(f"--model {o.model}: no model folder there (no model.pt)")
-    missing = [p for p in (o.raw_dir / f"{split}.{lang}" for split in SPLITS for lang in ("en", "de")) if not p.is_file()]
+    missing = [p for p in (o.raw_dir / name for name in preset_raw("multi30k_en_de", o.raw_dir)[1]) if not p.is_file()]
     if missing:
         raise Refusal(f"--raw-dir: no {missing[0]} (Multi30k's raw files, as the README unpacks them)")
     for command in plan(o):

@@ -15,7 +15,8 @@ from typing import List
 
 from ..model_folder import sha256
 from .command_line import Parser, items, positive
-from .multi30k import DEFAULT_RAW, RAW_FILES, SYSTEMS
+from .corpora import preset_raw
+from .multi30k import SYSTEMS
 from .runner import (Damaged, Failed, Kind, Refusal, WriterLock, as_command, check_owned, forget_written, run_child,
                      say, shell_words, write_file)
 
@@ -89,7 +90,7 @@ def parse(argv=None):
     args.precisions = args.precisions or list(PRECISIONS)
     args.out = (args.out or Path("runs/gpu_rehearsal" if args.rehearse else "runs/gpu_check")).resolve()
     args.lengths_from = args.lengths_from and args.lengths_from.absolute()
-    args.raw_dir = Path(args.raw_dir or os.environ.get("MULTI30K") or DEFAULT_RAW).absolute()
+    args.raw_dir = preset_raw("multi30k_en_de", args.raw_dir)[0].absolute()
     args.multi30k_model = args.multi30k_model or ("tiny" if args.rehearse else "small")
     args.multi30k_updates = args.multi30k_updates or (12 if args.rehearse else None)  # None: the model's
     args.multi30k_jobs = args.multi30k_jobs or (2 if args.rehearse else 4)
@@ -135,7 +136,7 @@ def missing_input(args) -> str:
                 return (f"--lengths-from: no length source at {args.lengths_from}.{lang} (give an .en/.de pair, "
                         "e.g. newstest2014, or leave it out for the shipped one)")
     if "multi30k" in args.only:
-        for raw in (args.raw_dir / name for name in RAW_FILES):
+        for raw in (args.raw_dir / name for name in preset_raw("multi30k_en_de", args.raw_dir)[1]):
             if not raw.is_file() or not raw.stat().st_size:
                 return f"--raw-dir: no Multi30k file {raw} (unpack Multi30k as the README shows, or give --raw-dir DIR)"
     return ""

@@ -34,6 +34,7 @@ import numpy as np
 
 from .analysis.common import figure, read_lines, write_table
 from .command_line import Parser, items, positive
+from .corpora import preset_raw
 from .runner import (EVALUATION, RESULTS, Failed, Kind, Refusal, WriterLock, as_command, changed_since, forget_written,
                      listing, made_from, run_child, say, shell_words, stamped_change, stop_children, theirs, write_file)
 from .score import mark
@@ -42,8 +43,6 @@ REPRODUCTION = Kind("reproduction", "settings.json")  # open: a setting an earli
 
 TABLE = Kind("reproduction results", "results.json", {"records": "json"})  # OUT/results.json: the table's records
 PYTHON = [sys.executable, "-m"]  # the recipes, called as this package's modules (no checkout needed)
-DEFAULT_RAW = Path("data/multi30k_raw")  # where the README unpacks Multi30k
-RAW_FILES = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")]
 
 # each system's name in the table -> its architecture
 SYSTEMS = {"transformer": "transformer", "csan1d": "transformer_csan1d", "csan2d": "transformer_csan2d",
@@ -419,8 +418,8 @@ def plan(args) -> dict:
 
         if not torch.cuda.is_available():
             raise Refusal("--device cuda: no CUDA device here")
-    raw = Path(args.raw_dir or os.environ.get("MULTI30K") or DEFAULT_RAW)
-    missing = [name for name in RAW_FILES if not (raw / name).is_file()]
+    raw, files = preset_raw("multi30k_en_de", args.raw_dir)
+    missing = [name for name in files if not (raw / name).is_file()]
     if missing:
         raise Refusal(f"the raw Multi30k folder {raw} lacks {', '.join(missing)}; give --raw-dir (or $MULTI30K) a folder "
                       "with Multi30k task 1's train, val and test_2016_flickr files (.en, .de); see "
