@@ -10,6 +10,9 @@ nowhere else. The kinds:
                                                     each file's SHA-256, what it was made from
     SWEEP         sweep.json           sweep.py     which point of a window/area sweep a run is
     REPRODUCTION  settings.json        multi30k.py  a Multi30k reproduction's settings
+    TABLE         results.json         multi30k.py  the reproduction's table, as records
+    STEP_RECORD   .steps/NAME.json     gpu_check.py a GPU check's step: command, machine, status, time
+    HYPER_PARAMETERS hparams.json      train.py     the recipes' settings (an input: not written)
     (stamps)      .steps/NAME.json     here         what a step's outputs were made from (Step)
     (written)     .written.json        here         what the kit wrote in a folder: each file's name
                                                     (relative to the folder), SHA-256 and command
