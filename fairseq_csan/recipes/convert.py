@@ -2,40 +2,11 @@
 architectures, to fine-tune it instead of training from scratch.
 
 SRC is a model folder of fairseq's own Transformer: one that export wrote, or one of fairseq's
-published translation models (transformer.wmt16.en-de, transformer.wmt14.en-fr,
-transformer.wmt19.de-en: give --checkpoint model1.pt where it holds an ensemble). Every size
-(dimensions, layers, heads, FFN widths, pre- or post-norm, shared embeddings) is taken from the
-checkpoint's own configuration, never from an architecture name, so a model that no named
-architecture describes (WMT19's encoder FFN of 8192) converts as it is. A checkpoint in
-fairseq's older form (an ``args`` Namespace, no ``cfg``) is read through fairseq's own upgrade.
-ARCH is one of the plugin's architectures (transformer_csan1d, transformer_csan2d,
-transformer_ctxaware, the baselines ...); VARIANT FLAGS are that architecture's own flags
-(--csan-window 11 --csan-heads 3, --ctx-type deep, --csan-layers 3 ...), each checked as
-fairseq-train checks it.
-
-Every weight of the Transformer is copied. What the variant adds starts as follows (each
-module's ``start_as_standard``), and export.json says which parameters and how:
-
-- 1D/2D-CSAN, BI_DIRECT: nothing is added; the attention is restricted to its window or
-  direction. With a window that covers every sentence and one head (--csan-heads 1) the model
-  is its source, token for token.
-- context-aware (eqs. 5-6): U_Q, U_K and the gate vectors zero and the gated projections
-  doubled, so that each gate is 1/2 and Q^ = Q, K^ = K: the converted model translates exactly
-  as its source, and fine-tuning moves the gates from there.
-- REL_POS: the tables w^K and w^V zero, so it starts as the standard attention.
-- NEIGHBOR, LOCAL_HARD, LOCAL_SOFT, BLOCK, CNNs: their new parameters keep the variant's usual
-  initial values (drawn with --seed); the model then computes something else until fine-tuned.
-
-A published folder's checkpoint may name no tokenizer or BPE (fairseq's hub leaves them to the
-caller: ``tokenizer='moses', bpe='subword_nmt'``, or ``bpe='fastbpe'`` for WMT19); give them
-with --tokenizer and --bpe, and they are kept in DST for translate.py, the hub and prepare --like.
-
-DST gets model.pt (without optimizer state), the source's dictionaries and BPE files unchanged,
-its tokenizer and BPE settings, the recipe's decoding settings (decoding.py) and export.json:
-the source checkpoint's SHA-256, the conversion, the settings and the SHA-256 of every file (the
-seal that translate.py and from_pretrained check). As with export, a DST that this command or
-export did not write is never replaced, one holding another model only with --force, and a DST
-that is, holds or lies inside SRC is refused.
+published translation models. Every size comes from its checkpoint, never from an architecture
+name. DST gets a model folder of ARCH with every weight of SRC copied; its export.json says which
+parameters the variant adds and how each starts. How each variant starts, and how to convert a
+published folder, is in docs/recipes.md, "Start from a trained Transformer"; what convert
+replaces and refuses is in docs/recipes.md, "What each command owns, reuses and redoes".
 """
 
 import argparse

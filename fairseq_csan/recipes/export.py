@@ -1,25 +1,10 @@
 """Export a trained model as a fairseq model folder that translates raw text on its own.
 
-FOLDER gets what fairseq's published translation models hold: model.pt (the weights, without
-the optimizer state), dict.SRC.txt and dict.TGT.txt, and bpecodes. The checkpoint's
-configuration names the recipe's tokenisation (``--tokenizer csan_recipe``,
-fairseq_csan/tokenizer.py), the BPE (subword_nmt with the folder's bpecodes) and the papers'
-decoding settings (decoding.py: beam 4, length penalty 0.6, output length <= source + 50,
-128 sentences a batch), so that, with the plugin imported::
-
-    import fairseq_csan
-    from fairseq.models.transformer import TransformerModel
-    model = TransformerModel.from_pretrained("FOLDER")
-    print(model.translate("A man is riding a bicycle."))
-
-gives the recipe's translation (what evaluate.sh writes to hyp.detok) with no other argument.
-export.json records the SHA-256 of every file of the folder; translate.py and
-``from_pretrained`` (with the plugin imported) check them, and name a file that differs.
-An existing FOLDER that export wrote, holding another model, is replaced only with --force (as
-a whole: the new folder is written beside it, then renamed in); the same export again is a
-no-op. A FOLDER that export did not write (a checkpoint or evaluation folder, one with a file
-export.json does not list or one changed by hand since) is never replaced, and an --out that
-holds or lies inside the checkpoint or the task folder is refused.
+FOLDER gets model.pt (without the optimizer state), the dictionaries, bpecodes and export.json,
+the seal of every file; with the plugin imported, fairseq's ``from_pretrained("FOLDER")`` then
+translates as evaluate.sh does, with no other argument. What the folder holds is in
+docs/translation.md, "Export a model folder"; what export replaces and refuses is in
+docs/recipes.md, "What each command owns, reuses and redoes".
 """
 
 import shutil

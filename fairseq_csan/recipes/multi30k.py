@@ -4,23 +4,11 @@ Trains the Transformer baseline, 1D-CSAN, 2D-CSAN (Yang et al., NAACL 2019), the
 Transformer (Yang et al., AAAI 2019) and 2D-CSAN with context gating at small dimensions (--model), each
 for the same fixed number of updates and with several seeds; evaluates every run on
 test_2016_flickr; and writes a results table (sacreBLEU mean and spread over seeds, and paired
-bootstrap resampling against the baseline) and the analyses of fairseq_csan/recipes/analysis/ to OUT:
+bootstrap resampling against the baseline) and the analyses of fairseq_csan/recipes/analysis/ to OUT.
 
-  OUT/data/                     the prepared task (examples/multi30k/prepare.sh)
-  OUT/runs/SYSTEM/seedS/        checkpoints/, train.out, eval/ (scripts/evaluate.sh), eval.out
-  OUT/sweep/                    the window/area sweep on the dev set (scripts/sweep.sh), seed 1
-  OUT/results.md, .csv, .json   the table; OUT/results.png its plot
-  OUT/analysis/                 n-gram gap, length buckets (all seeds pooled), gate weights
-                                (seed 1 of each context-aware system), window sweep
-
-Runs go in parallel, ``--jobs`` at a time with cores/jobs threads each (on a small CPU, two
-one-thread runs train faster together than one two-thread run). A finished run (its
-evaluation's results.json, written last, says so) is kept when the command is run again, so more seeds or
-systems can be added later, while the task's files are those it was made from (a kept run of a
-training corpus edited since is refused, naming the file; one of a test set prepared again is
-evaluated again); the table and the analyses are rewritten every time. The model
-and training settings are recorded in OUT/settings.json with the raw folder, and a rerun with
-other ones is refused (use another --out).
+Runs go in parallel, --jobs at a time. A finished run is kept when the command is run again, so
+seeds or systems can be added later. What OUT holds, and when a kept run is trained or evaluated
+again or refused, is in examples/multi30k/README.md, "The command".
 """
 
 import concurrent.futures

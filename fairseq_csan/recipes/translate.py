@@ -1,36 +1,11 @@
 """Translate a raw text file with a trained model, with exactly the recipe's pre- and
 post-processing.
 
-The model is either a checkpoint with the prepared task folder it was trained on (--data: the
-folder that examples/*/prepare.sh made, for its languages, dictionaries and BPE codes), or a
-model folder that fairseq_csan.recipes.export wrote (--model). Either way it is loaded once
-through fairseq's hub interface, configured as export.py configures a model folder, and each
-line of --input (raw text in the source language, one sentence a line) is
-
-1. tokenised as the recipe tokenised its training data (--tokenizer csan_recipe,
-   fairseq_csan/tokenizer.py: the language's own rules, as text.py names them),
-2. split into subwords with the recipe's BPE codes (fairseq's subword_nmt BPE),
-3. translated with the papers' decoding settings (decoding.py: beam 4, length penalty 0.6,
-   output length at most the source length + 50; BPE removed),
-4. detokenised in the target language as score.py detokenises hypotheses (Moses; zh and ja
-   joined without spaces).
-
-Lines end at "\\n" only (a "\\r", form feed, NEL or U+2028 inside a line stays in it), the input
-is UTF-8 with a byte-order mark removed, and an undecodable byte stops the command with its file
-and line named. '-' (or /dev/stdin) reads standard input. OUT (default: INPUT.TGT, e.g.
-test.en.de) gets one translation a line, in input order, always as many lines as the input: an
-empty line gets an empty translation, and a line longer than the model's source positions is
-translated in pieces cut between words (the line number is reported). OUT.tok gets the
-tokenised translations. An existing OUT is replaced only with --force, and only where
-translate wrote it (the record of what the kit wrote in its folder, .written.json, says so, and it
-is unchanged since): a file of anyone else's is never replaced. Nothing is written inside --data.
-OUT is checked writable, and locked (.OUT.lock beside it: a second translate.py into the same
-OUT is refused, naming the first), before the model is loaded.
-
-On a prepared task's test set it gives what evaluate.sh writes to hyp.detok and hyp.tok when
-both decode it in the same batches (tests/test_translate.py): fairseq caps each output at
-1 x the longest source of its batch + 50 tokens, and fairseq-generate groups sentences by
-reference length, which raw input does not have, so a hypothesis that runs to that cap can differ.
+The model is an exported model folder (--model), or a checkpoint with the prepared task
+folder it was trained on (--data, --checkpoint). --output gets one translation a line, always
+as many lines as the input, and --output.tok the tokenised ones. docs/translation.md says how lines
+are read and translated (its translate.py section); what translate replaces and refuses is in
+docs/recipes.md, "What each command owns, reuses and redoes".
 """
 
 import argparse
