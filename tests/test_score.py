@@ -80,16 +80,19 @@ def test_compound_splitting_as_the_wmt14_convention():
 
 
 def test_tokenised_bleu_by_hand():
+    def bleu(hyps, refs):
+        return score.tokenised_bleu(hyps, refs).score
+
     # hypothesis = reference: 100; a 4-token hypothesis with 3/4 unigram, 1/3 bigram, 0 trigram
     # matches has BLEU 0 without smoothing (no 3-gram match); sacreBLEU's floor smoothing aside
-    assert score.tokenised_bleu(["a b c d e"], ["a b c d e"]) == pytest.approx(100.0)
+    assert bleu(["a b c d e"], ["a b c d e"]) == pytest.approx(100.0)
     # tokenize none: punctuation is not split, so "d." does not match "d ."
-    assert score.tokenised_bleu(["a b c d."], ["a b c d ."]) < score.tokenised_bleu(["a b c d ."], ["a b c d ."])
+    assert bleu(["a b c d."], ["a b c d ."]) < bleu(["a b c d ."], ["a b c d ."])
     # compound splitting turns one unmatched token into three, two of them matching
     hyp, ref = ["das Vorort-Gebiet ist groß"], ["das Vorort-Bereich ist groß"]
-    plain = score.tokenised_bleu(hyp, ref)
-    split = score.tokenised_bleu([score.split_compounds(h) for h in hyp], [score.split_compounds(r) for r in ref])
-    assert split > plain
+    assert bleu([score.split_compounds(h) for h in hyp], [score.split_compounds(r) for r in ref]) > bleu(hyp, ref)
+    # up to a given order: unigrams only, 4 of 5 matched, hypothesis as long as the reference
+    assert score.tokenised_bleu(["a b c d x"], ["a b c d e"], order=1).score == pytest.approx(80.0)
 
 
 @pytest.mark.parametrize("delta, p, expected", [

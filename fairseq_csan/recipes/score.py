@@ -74,8 +74,9 @@ def split_compounds(line: str) -> str:
     return COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
 
 
-def tokenised_bleu(hyps, refs):
-    return BLEU(tokenize="none", force=True).corpus_score(hyps, [refs]).score
+def tokenised_bleu(hyps, refs, order: int = 4):
+    """Tokenised case-sensitive corpus BLEU (no further tokenisation) up to ``order``, with its statistics."""
+    return BLEU(tokenize="none", force=True, max_ngram_order=order).corpus_score(hyps, [refs])
 
 
 def mark(delta: float, p_value: float) -> str:
@@ -147,13 +148,14 @@ def score(out: Path, generated: Path, decode_log: Path, ref_tok: Path, ref_raw: 
     sacre_score, chrf_score = sacre.corpus_score(detoks, [refs_raw]), chrf.corpus_score(detoks, [refs_raw])
     results = {
         "name": name or out.name, "arch": arch, "task": task, "subset": subset, "test_set": test_name or subset,
-        "pretokenized": pretokenized, "lang": lang, "sentences": len(hyps), "bleu_tok": tokenised_bleu(hyps, refs_tok),
+        "pretokenized": pretokenized, "lang": lang, "sentences": len(hyps), "bleu_tok": tokenised_bleu(hyps, refs_tok).score,
         "bleu_compound": None, "sacrebleu": sacre_score.score, "sacrebleu_signature": str(sacre.get_signature()),
         "sacrebleu_text": str(sacre_score), "chrf": chrf_score.score, "chrf_signature": str(chrf.get_signature()),
         "chrf_text": str(chrf_score), "decode": decode_speed(decode_log), "train": train_speed(train_log),
         "bootstrap": None, "mark": ""}
     if base_language(lang) == "de":  # the customary En-De number
-        results["bleu_compound"] = tokenised_bleu([split_compounds(h) for h in hyps], [split_compounds(r) for r in refs_tok])
+        compounds = [[split_compounds(line) for line in lines] for lines in (hyps, refs_tok)]
+        results["bleu_compound"] = tokenised_bleu(*compounds).score
     if baseline is not None:
         results["bootstrap"] = _bootstrap(baseline, subset, results["test_set"], hyps, detoks, refs_tok, refs_raw,
                                           samples)

@@ -1,12 +1,11 @@
-"""Shared by the analysis commands: their options, reading systems, tokenised BLEU statistics,
-writing the table (CSV and markdown) and the plot without overwriting anything unasked."""
+"""Shared by the analysis commands: their options, reading systems, writing the table (CSV and
+markdown) and the plot without overwriting anything unasked."""
 
 import csv
 import io
 from contextlib import contextmanager
 from pathlib import Path
 
-from sacrebleu.metrics import BLEU
 
 from ..command_line import Parser
 from ..runner import RESULTS, Refusal, WriterLock, check_owned, write_file
@@ -53,11 +52,6 @@ def compared(args):
         if len(hyps) != len(reference):
             raise Refusal(f"{name} has {len(hyps)} lines, the reference {len(reference)}")
     return reference, baseline, systems
-
-
-def bleu(hyps, refs, order: int = 4):
-    """Tokenised case-sensitive corpus BLEU (no further tokenisation) up to ``order``, with its statistics."""
-    return BLEU(tokenize="none", force=True, max_ngram_order=order).corpus_score(hyps, [refs])
 
 
 def outputs(out: Path, stem: str, force: bool):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..command_line import positive
 from ..runner import Refusal, as_command, say
-from .common import analysis_parser, bleu, compared, figure, outputs, read_lines, write_table
+from ..score import tokenised_bleu as bleu
+from .common import analysis_parser, compared, figure, outputs, read_lines, write_table
 
 
 def equal_groups(lengths, groups):

@@ -5,7 +5,8 @@ docs/analysis.md, "N-gram gap", says what is measured (the modified n-gram preci
 """
 
 from ..runner import as_command, say
-from .common import analysis_parser, bleu, compared, figure, outputs, write_table
+from ..score import tokenised_bleu as bleu
+from .common import analysis_parser, compared, figure, outputs, write_table
 
 
 def precisions(hyps, refs, max_order):
