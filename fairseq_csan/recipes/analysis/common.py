@@ -6,7 +6,6 @@ import io
 from contextlib import contextmanager
 from pathlib import Path
 
-
 from ..command_line import Parser
 from ..runner import RESULTS, Refusal, WriterLock, check_owned, write_file
 
